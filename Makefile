@@ -1,0 +1,38 @@
+# pyscrun: `make demo` and `make test` do all set-up on a fresh Debian 12 or 13 (as root).
+VENV := .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: setup lint test unit integration demo bench cluster-up cluster-down clean
+
+setup:
+	bash scripts/setup.sh
+
+lint: setup
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/mypy
+
+test: setup
+	$(MAKE) --no-print-directory lint
+	$(PY) -m pytest $(PYTEST_ARGS) tests
+
+unit: setup
+	$(PY) -m pytest $(PYTEST_ARGS) tests/unit
+
+integration: setup
+	$(PY) -m pytest $(PYTEST_ARGS) tests/integration
+
+demo: setup
+	bash scripts/demo.sh
+
+bench: setup
+	$(PY) bench/run.py
+
+cluster-up: setup
+	bash scripts/cluster.sh up $(or $(NODES),1)
+
+cluster-down:
+	bash scripts/cluster.sh down
+
+clean:
+	rm -rf $(VENV) build .pytest_cache .mypy_cache .ruff_cache

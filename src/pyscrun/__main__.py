@@ -1,0 +1,3 @@
+from pyscrun.cli.main import main
+
+main()

@@ -1,0 +1,1 @@
+"""The anchor: one daemon per container on the submit host."""

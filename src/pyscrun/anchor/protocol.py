@@ -1,0 +1,116 @@
+"""The control socket: one JSON object per line, the peer's uid checked by the kernel.
+
+CLI verbs send one request and read one reply. A node agent keeps its connection
+open: it says hello, then the anchor sends it orders (kill) and it reports events.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+from pathlib import Path
+from typing import Any
+
+from pyscrun.errors import AnchorError
+
+MAX_LINE = 1 << 20
+_SUN_PATH_MAX = 107
+
+
+class _ShortPath:
+    """A path usable with AF_UNIX even when longer than sun_path allows.
+
+    Long --root paths or ids would overflow the 108-byte limit; going through
+    /proc/self/fd of an open directory keeps the address short.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.dir_fd: int | None = None
+
+    def __enter__(self) -> str:
+        text = str(self.path)
+        if len(text.encode()) <= _SUN_PATH_MAX:
+            return text
+        self.dir_fd = os.open(self.path.parent, os.O_PATH | os.O_DIRECTORY)
+        return f"/proc/self/fd/{self.dir_fd}/{self.path.name}"
+
+    def __exit__(self, *_: object) -> None:
+        if self.dir_fd is not None:
+            os.close(self.dir_fd)
+
+
+def listen(path: Path) -> socket.socket:
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    with _ShortPath(path) as address:
+        server.bind(address)
+    os.chmod(path, 0o600)
+    server.listen(64)
+    return server
+
+
+def peer_uid(conn: socket.socket) -> int:
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return int(struct.unpack("3i", creds)[1])  # struct ucred: pid, uid, gid
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    return json.dumps(message, separators=(",", ":")).encode() + b"\n"
+
+
+class LineReader:
+    """Splits a stream into JSON messages."""
+
+    def __init__(self) -> None:
+        self.buffer = b""
+
+    def feed(self, data: bytes) -> list[dict[str, Any]]:
+        self.buffer += data
+        if len(self.buffer) > MAX_LINE:
+            raise ValueError("control message too long")
+        lines = self.buffer.split(b"\n")
+        self.buffer = lines.pop()
+        messages = []
+        for line in lines:
+            message = json.loads(line)
+            if not isinstance(message, dict):
+                raise ValueError("control message is not an object")
+            messages.append(message)
+        return messages
+
+
+def connect(path: Path, timeout: float | None = 30.0) -> socket.socket:
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    client.settimeout(timeout)
+    try:
+        with _ShortPath(path) as address:
+            client.connect(address)
+    except OSError:
+        client.close()
+        raise
+    return client
+
+
+def request(path: Path, message: dict[str, Any], timeout: float | None = 30.0) -> dict[str, Any]:
+    """Send one request and return the anchor's reply; AnchorError if it gives none."""
+    try:
+        client = connect(path, timeout)
+    except OSError as err:
+        raise AnchorError(f"cannot reach the anchor at {path}: {err.strerror or err}") from None
+    with client:
+        try:
+            client.sendall(encode(message))
+            reader = LineReader()
+            while True:
+                data = client.recv(65536)
+                if not data:
+                    raise AnchorError("the anchor closed the connection without a reply")
+                replies = reader.feed(data)
+                if replies:
+                    return replies[0]
+        except TimeoutError:
+            raise AnchorError(f"the anchor did not answer within {timeout} s") from None
+        except (OSError, ValueError) as err:
+            raise AnchorError(f"talking to the anchor failed: {err}") from None

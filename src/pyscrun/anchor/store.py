@@ -1,0 +1,133 @@
+"""The spool directory of each container under --root: layout, ids, atomic files."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyscrun.errors import ContainerExists, ContainerNotFound, ScrunError, UsageError
+from pyscrun.oci.state import ContainerState
+
+MAX_ID_LENGTH = 1024
+# runc's rule for ids: nothing that could become a path of its own.
+_ID_PATTERN = re.compile(r"[A-Za-z0-9_+.\-]+")
+# Longer ids get a hashed directory name; '=' cannot occur in an id, so no clash.
+_MAX_PLAIN_NAME = 200
+STATE_FILE = "state.json"
+SOCKET_NAME = "ctl"
+
+
+def default_root(environ: dict[str, str] | os._Environ[str]) -> Path:
+    """Where state lives when podman passes no --root (it never does)."""
+    runtime_dir = environ.get("XDG_RUNTIME_DIR", "")
+    if runtime_dir:
+        return Path(runtime_dir) / "pyscrun"
+    uid = os.getuid()
+    if uid == 0:
+        return Path("/run/pyscrun")
+    user_run = Path(f"/run/user/{uid}")
+    if user_run.is_dir():
+        return user_run / "pyscrun"
+    return Path(environ.get("TMPDIR") or "/tmp") / f"pyscrun-{uid}"
+
+
+def validate_id(container_id: str) -> str:
+    if not container_id:
+        raise UsageError("container id must not be empty")
+    if len(container_id) > MAX_ID_LENGTH:
+        raise UsageError(f"container id is longer than {MAX_ID_LENGTH} characters")
+    if container_id in (".", "..") or not _ID_PATTERN.fullmatch(container_id):
+        raise UsageError(
+            f"invalid container id {container_id!r}: use letters, digits and _ + . - only"
+        )
+    return container_id
+
+
+def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """Write via a temporary file and rename, so readers see old or new, never half."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    except OSError:
+        os.close(fd)
+        tmp.unlink(missing_ok=True)
+        raise
+    os.close(fd)
+    os.replace(tmp, path)
+
+
+@dataclass(frozen=True)
+class Store:
+    root: Path
+
+    def spool_dir(self, container_id: str) -> Path:
+        name = container_id
+        if len(name) > _MAX_PLAIN_NAME:
+            name = "=" + hashlib.sha256(name.encode()).hexdigest()
+        return self.root / name
+
+    def make_spool_dir(self, container_id: str) -> Path:
+        try:
+            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as err:
+            raise ScrunError(f"cannot create root directory {self.root}: {err.strerror}") from None
+        spool = self.spool_dir(container_id)
+        try:
+            spool.mkdir(mode=0o700)
+        except FileExistsError:
+            raise ContainerExists(f"container {container_id!r} already exists") from None
+        except OSError as err:
+            raise ScrunError(f"cannot create {spool}: {err.strerror}") from None
+        return spool
+
+    def save(self, state: ContainerState) -> None:
+        data = json.dumps(state.to_json(), separators=(",", ":")).encode()
+        try:
+            write_atomic(self.spool_dir(state.id) / STATE_FILE, data)
+        except OSError as err:
+            raise ScrunError(f"cannot save state of {state.id!r}: {err.strerror}") from None
+
+    def load(self, container_id: str) -> ContainerState:
+        validate_id(container_id)
+        path = self.spool_dir(container_id) / STATE_FILE
+        try:
+            with open(path, "rb") as state_file:
+                raw = state_file.read()
+        except FileNotFoundError:
+            raise ContainerNotFound(f"container {container_id!r} does not exist") from None
+        except OSError as err:
+            raise ScrunError(f"cannot read state of {container_id!r}: {err.strerror}") from None
+        try:
+            return ContainerState.from_json(json.loads(raw))
+        except (ValueError, TypeError):
+            raise ScrunError(f"state of {container_id!r} is corrupt: {path}") from None
+
+    def socket_path(self, container_id: str) -> Path:
+        return self.spool_dir(container_id) / SOCKET_NAME
+
+    def ids(self) -> list[str]:
+        found = []
+        try:
+            entries = sorted(self.root.iterdir())
+        except FileNotFoundError:
+            return []
+        for entry in entries:
+            try:
+                with open(entry / STATE_FILE, "rb") as state_file:
+                    found.append(json.loads(state_file.read())["id"])
+            except (OSError, ValueError, KeyError):
+                continue
+        return found
+
+    def remove(self, container_id: str) -> None:
+        import shutil
+
+        shutil.rmtree(self.spool_dir(container_id), ignore_errors=True)

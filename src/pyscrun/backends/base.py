@@ -1,0 +1,46 @@
+"""What the anchor needs of a scheduler: allocate, launch the node agents, release."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from pyscrun.conf.site import Site
+from pyscrun.oci.state import ContainerState
+
+
+@dataclass
+class Allocation:
+    job_id: str
+    nodes: list[str]
+    owned: bool  # False when the job was given (SLURM_JOB_ID): never end it
+    env: dict[str, str] = field(default_factory=dict)  # the job's SLURM_* variables
+
+
+@dataclass
+class LaunchRequest:
+    """Everything a node agent needs, passed to it as PYSCRUN_AGENT_* variables."""
+
+    agent_env: dict[str, str]
+    job_env: dict[str, str]
+    terminal_fd: int | None  # pty slave for a terminal container, else None
+    ntasks: int = 1
+
+
+@dataclass
+class Step:
+    pid: int  # the process the anchor waits on: the agent itself, or srun
+
+
+class Backend(Protocol):
+    name: str
+
+    def allocate(self, site: Site, state: ContainerState, options: dict[str, str],
+                 environ: dict[str, str]) -> Allocation: ...
+
+    def launch(self, site: Site, allocation: Allocation, request: LaunchRequest) -> Step: ...
+
+    def release(self, site: Site, allocation: Allocation) -> None: ...
+
+    def cleanup_orphan(self, site: Site, state: ContainerState) -> None:
+        """End what a dead anchor left behind (its job)."""

@@ -1,0 +1,59 @@
+"""The local backend: no scheduler, the node agent runs on this machine.
+
+The default where no Slurm is configured, and the fast path for testing the OCI layer.
+The agent is forked, not executed, so a container costs no second interpreter start.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+
+from pyscrun import log
+from pyscrun.anchor.console import make_controlling_terminal
+from pyscrun.backends.base import Allocation, LaunchRequest, Step
+from pyscrun.conf.site import Site
+from pyscrun.oci.state import ContainerState
+
+
+class LocalBackend:
+    name = "local"
+
+    def allocate(self, site: Site, state: ContainerState, options: dict[str, str],
+                 environ: dict[str, str]) -> Allocation:
+        # The anchor's pid names the "job": unique while the container lives.
+        return Allocation(job_id=f"local{os.getpid()}", nodes=[socket.gethostname()],
+                          owned=True)
+
+    def launch(self, site: Site, allocation: Allocation, request: LaunchRequest) -> Step:
+        pid = os.fork()
+        if pid:
+            return Step(pid)
+        code = 255
+        try:
+            signal.set_wakeup_fd(-1)
+            for signum in range(1, signal.NSIG):
+                try:
+                    signal.signal(signum, signal.SIG_DFL)
+                except (OSError, ValueError):
+                    continue
+            if request.terminal_fd is not None:
+                make_controlling_terminal(request.terminal_fd)
+            else:
+                os.setsid()
+            log.current.close_file()
+            os.closerange(3, 1 << 16)
+            from pyscrun.node import agent
+
+            # The caller's own Slurm variables (podman run inside a job) are not ours.
+            env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
+            code = agent.main({**env, **request.job_env, **request.agent_env})
+        finally:
+            os._exit(code)
+
+    def release(self, site: Site, allocation: Allocation) -> None:
+        """Nothing is held beyond the agent, which is gone by now."""
+
+    def cleanup_orphan(self, site: Site, state: ContainerState) -> None:
+        """A local agent notices its anchor is gone and ends the container itself."""

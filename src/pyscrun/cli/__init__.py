@@ -1,0 +1,1 @@
+"""Command line: argv to an operation, runc-compatible."""

@@ -1,0 +1,206 @@
+"""runc's command line as data: global flags, verbs and their flags, and the parser.
+
+Flags follow Go's conventions, as runc's do: `-name`, `--name`, `--name=value` and
+`--name value` are all the same flag. Accepted-but-ignored flags are listed so that
+podman, docker's shim and conmon never trip over them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pyscrun.errors import UsageError
+
+
+@dataclass(frozen=True)
+class Flag:
+    names: tuple[str, ...]
+    takes_value: bool = False
+    help: str = ""
+    ignored: bool = False
+    repeat: bool = False
+
+    @property
+    def dest(self) -> str:
+        return self.names[0].replace("-", "_")
+
+
+@dataclass(frozen=True)
+class Verb:
+    name: str
+    handler: str
+    args: tuple[str, ...] = ()
+    optional_args: tuple[str, ...] = ()
+    flags: tuple[Flag, ...] = ()
+    help: str = ""
+    supported: bool = True
+
+
+GLOBAL_FLAGS = (
+    Flag(("root",), True, "directory for container state (default: /run/pyscrun for root)"),
+    Flag(("log",), True, "append log messages to this file"),
+    Flag(("log-format",), True, "log file format: text or json"),
+    Flag(("debug",), help="log at debug level"),
+    Flag(("f",), True, "slurm.conf to use; oci.conf and pyscrun.conf are read beside it"),
+    Flag(("v",), help="more verbose logging; repeat for more", repeat=True),
+    Flag(("version", "V"), help="print the version and exit"),
+    Flag(("usage",), help="print a short usage message and exit"),
+    Flag(("help", "h"), help="print help and exit"),
+    Flag(("systemd-cgroup",), ignored=True),
+    Flag(("rootless",), True, ignored=True),
+    Flag(("criu",), True, "path to the criu binary"),
+    Flag(("cgroup-manager",), True, ignored=True),
+)
+
+_CREATE_FLAGS = (
+    Flag(("bundle", "b"), True, "bundle directory (default: the working directory)"),
+    Flag(("console-socket",), True, "AF_UNIX socket that receives the pty master"),
+    Flag(("pid-file",), True, "file to write the container's (anchor's) pid to"),
+    Flag(("no-pivot",), ignored=True),
+    Flag(("no-new-keyring",), ignored=True),
+    Flag(("preserve-fds",), True, "pass N extra file descriptors (from fd 3) to the container"),
+)
+
+VERBS = {
+    verb.name: verb
+    for verb in (
+        Verb("create", "pyscrun.cli.lifecycle:create", ("container-id",), flags=_CREATE_FLAGS,
+             help="create a container (runs it as a job once started)"),
+        Verb("run", "pyscrun.cli.lifecycle:run", ("container-id",),
+             flags=(*_CREATE_FLAGS, Flag(("detach", "d")), Flag(("keep",), ignored=True),
+                    Flag(("no-subreaper",), ignored=True)),
+             help="create and start a container"),
+        Verb("start", "pyscrun.cli.lifecycle:start", ("container-id",),
+             help="start a created container"),
+        Verb("state", "pyscrun.cli.query:state", ("container-id",),
+             help="print the OCI state of a container"),
+        Verb("kill", "pyscrun.cli.lifecycle:kill", ("container-id",), ("signal",),
+             flags=(Flag(("all", "a"), help="signal every process of the container"),),
+             help="send a signal (default SIGTERM) to a container"),
+        Verb("delete", "pyscrun.cli.lifecycle:delete", ("container-id",),
+             flags=(Flag(("force", "f"), help="kill the container if it still runs"),),
+             help="release everything a container holds"),
+        Verb("list", "pyscrun.cli.query:list_containers",
+             flags=(Flag(("format", "f"), True, "table or json"), Flag(("quiet", "q"))),
+             help="list containers"),
+        Verb("features", "pyscrun.cli.query:features", help="print the features document"),
+        *(
+            Verb(name, "", ("container-id",), help=f"{name} (not supported yet)",
+                 supported=False)
+            for name in ("exec", "pause", "resume", "checkpoint", "restore", "ps",
+                         "update", "events")
+        ),
+    )
+}
+
+
+@dataclass
+class Parsed:
+    verb: Verb | None
+    options: dict[str, object] = field(default_factory=dict)
+    args: dict[str, str] = field(default_factory=dict)
+
+
+def _bool_value(flag: Flag, text: str) -> bool:
+    lowered = text.lower()
+    if lowered in ("1", "t", "true"):
+        return True
+    if lowered in ("0", "f", "false"):
+        return False
+    raise UsageError(f"invalid boolean value {text!r} for -{flag.names[0]}")
+
+
+def _lookup(name: str, flags: tuple[Flag, ...]) -> Flag | None:
+    for flag in flags:
+        if name in flag.names:
+            return flag
+    return None
+
+
+def _take_flags(
+    argv: list[str], pos: int, flags: tuple[Flag, ...], options: dict[str, object],
+    stop_at_positional: bool,
+) -> tuple[int, list[str]]:
+    """Consume flags from argv[pos:]; returns the new position and positionals seen."""
+    positionals: list[str] = []
+    while pos < len(argv):
+        token = argv[pos]
+        if token == "--":
+            positionals.extend(argv[pos + 1:])
+            return len(argv), positionals
+        if not token.startswith("-") or token == "-":
+            if stop_at_positional:
+                return pos, positionals
+            positionals.append(token)
+            pos += 1
+            continue
+        name, has_value, value = token.lstrip("-").partition("=")
+        flag = _lookup(name, flags)
+        if flag is None and set(name) == {"v"} and _lookup("v", flags):
+            options["v"] = int(options.get("v", 0)) + len(name)  # type: ignore[call-overload]
+            pos += 1
+            continue
+        if flag is None:
+            raise UsageError(f"flag provided but not defined: {token.partition('=')[0]}")
+        pos += 1
+        if flag.takes_value:
+            if not has_value:
+                if pos >= len(argv):
+                    raise UsageError(f"flag needs an argument: -{name}")
+                value = argv[pos]
+                pos += 1
+            options[flag.dest] = value
+        elif flag.repeat:
+            options[flag.dest] = int(options.get(flag.dest, 0)) + 1  # type: ignore[call-overload]
+        else:
+            options[flag.dest] = _bool_value(flag, value) if has_value else True
+    return pos, positionals
+
+
+def parse(argv: list[str]) -> Parsed:
+    options: dict[str, object] = {}
+    pos, _ = _take_flags(argv, 0, GLOBAL_FLAGS, options, stop_at_positional=True)
+    if pos >= len(argv):
+        return Parsed(None, options)
+    name = argv[pos]
+    verb = VERBS.get(name)
+    if verb is None:
+        raise UsageError(f"no such command: {name!r} (see --help)")
+    if not verb.supported:
+        return Parsed(verb, options)
+    # Go's flag parsing stops at the first positional; runc's docker shim relies on
+    # flags before the id, but accepting them after it as well costs nothing.
+    _, positionals = _take_flags(
+        argv, pos + 1, (*verb.flags, Flag(("help", "h"))), options, stop_at_positional=False
+    )
+    if options.get("help"):
+        return Parsed(verb, options)
+    wanted = verb.args + verb.optional_args
+    if len(positionals) < len(verb.args):
+        raise UsageError(f"{verb.name}: missing {', '.join(verb.args[len(positionals):])}")
+    if len(positionals) > len(wanted):
+        raise UsageError(f"{verb.name}: unexpected argument {positionals[len(wanted)]!r}")
+    return Parsed(verb, options, dict(zip(wanted, positionals, strict=False)))
+
+
+def usage() -> str:
+    return "usage: scrun [global options] <create|start|state|kill|delete|run|list|features> ..."
+
+
+def help_text(verb: Verb | None) -> str:
+    flags = GLOBAL_FLAGS if verb is None else verb.flags
+    lines = [usage() if verb is None else
+             f"usage: scrun {verb.name} [options] "
+             + " ".join([f"<{a}>" for a in verb.args] + [f"[{a}]" for a in verb.optional_args]),
+             ""]
+    if verb is None:
+        lines.append("commands:")
+        lines += [f"  {v.name:<12}{v.help}" for v in VERBS.values()]
+        lines.append("")
+    if flags:
+        lines.append("options:")
+        for flag in flags:
+            spelled = ", ".join(("-" if len(n) == 1 else "--") + n for n in flag.names)
+            lines.append(f"  {spelled + (' value' if flag.takes_value else ''):<28}"
+                         f"{'(ignored)' if flag.ignored else flag.help}")
+    return "\n".join(lines)

@@ -1,0 +1,133 @@
+"""The verbs that change a container: create, start, run, kill, delete."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import time
+
+from pyscrun import log
+from pyscrun.anchor import protocol
+from pyscrun.anchor.store import Store
+from pyscrun.cli.main import Context
+from pyscrun.cli.signals import parse_signal
+from pyscrun.errors import AnchorError, InvalidState, UsageError
+from pyscrun.oci.state import CREATED, RUNNING, STOPPED, ContainerState
+
+# How long delete waits for the anchor to wind down after ordering the kill.
+DELETE_TIMEOUT = 30.0
+
+
+def _create(ctx: Context) -> tuple[Store, str, int]:
+    from pyscrun.anchor.daemon import CreateRequest, start_anchor
+    from pyscrun.conf import scrun_env, site
+    from pyscrun.oci import bundle as oci_bundle
+
+    container_id = ctx.container_id
+    bundle = oci_bundle.load(ctx.option("bundle") or os.getcwd())
+    console_socket = ctx.option("console_socket")
+    if bundle.terminal and not console_socket:
+        raise UsageError("process.terminal is true but no --console-socket was given")
+    preserve = ctx.option("preserve_fds") or "0"
+    if not preserve.isdigit():
+        raise UsageError(f"--preserve-fds needs a number, not {preserve!r}")
+    the_site = site.load(ctx.slurm_conf)
+    job_options = scrun_env.job_options(ctx.environ, bundle.env)
+    store = ctx.store
+    store.make_spool_dir(container_id)
+    try:
+        pid = start_anchor(
+            CreateRequest(container_id, bundle, store, the_site, console_socket,
+                          ctx.option("pid_file"), ctx.environ, job_options),
+            keep_fds=tuple(range(3, 3 + int(preserve))),
+        )
+    except BaseException:
+        store.remove(container_id)
+        raise
+    return store, container_id, pid
+
+
+def create(ctx: Context) -> int:
+    _create(ctx)
+    return 0
+
+
+def _ask(store: Store, state: ContainerState, message: dict[str, object]) -> None:
+    reply = protocol.request(store.socket_path(state.id), message)
+    if not reply.get("ok"):
+        raise InvalidState(str(reply.get("error", "the anchor refused")))
+
+
+def start(ctx: Context) -> int:
+    store = ctx.store
+    state = store.load(ctx.container_id)
+    status = state.effective_status()
+    if status != CREATED:
+        raise InvalidState(f"cannot start a container that is {status}")
+    _ask(store, state, {"op": "start"})
+    return 0
+
+
+def run(ctx: Context) -> int:
+    store, container_id, pid = _create(ctx)
+    _ask(store, store.load(container_id), {"op": "start"})
+    if ctx.flag("detach"):
+        return 0
+    _, status = os.waitpid(pid, 0)
+    store.remove(container_id)
+    return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+
+
+def kill(ctx: Context) -> int:
+    store = ctx.store
+    state = store.load(ctx.container_id)
+    signum = parse_signal(ctx.args.get("signal"))
+    status = state.effective_status()
+    if status not in (CREATED, RUNNING):
+        raise InvalidState(f"cannot kill a container that is {status}")
+    _ask(store, state, {"op": "kill", "signal": signum, "all": ctx.flag("all")})
+    return 0
+
+
+def _wait_gone(state: ContainerState, timeout: float) -> bool:
+    try:
+        pidfd = os.pidfd_open(state.pid)
+    except ProcessLookupError:
+        return True
+    try:
+        deadline = time.monotonic() + timeout
+        while state.effective_status() != STOPPED:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            select.select([pidfd], [], [], min(remaining, 0.5))
+        return True
+    finally:
+        os.close(pidfd)
+
+
+def delete(ctx: Context) -> int:
+    from pyscrun import backends
+    from pyscrun.conf import site
+
+    store = ctx.store
+    state = store.load(ctx.container_id)
+    status = state.effective_status()
+    if status == RUNNING and not ctx.flag("force"):
+        raise InvalidState(f"cannot delete container {state.id} that is running: use --force")
+    if status != STOPPED:
+        try:
+            _ask(store, state, {"op": "delete"})
+        except AnchorError as err:
+            log.current.info(f"anchor unreachable, ending it: {err}")
+        if not _wait_gone(state, DELETE_TIMEOUT):
+            log.current.error(f"anchor {state.pid} did not exit: killing it")
+            os.kill(state.pid, signal.SIGKILL)
+            _wait_gone(state, 5)
+        state = store.load(state.id)
+    if state.status != STOPPED:
+        # The anchor died without finishing: end what it held.
+        backends.get(state.backend).cleanup_orphan(site.load(ctx.slurm_conf), state)
+    store.remove(state.id)
+    return 0

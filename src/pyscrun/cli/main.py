@@ -1,0 +1,92 @@
+"""The scrun command: parse argv, run one verb, map any error to an exit code."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyscrun import __version__, log
+from pyscrun.cli import flags
+from pyscrun.errors import NotSupported, ScrunError, UsageError, exit_code_for
+
+
+@dataclass
+class Context:
+    """What every verb needs: options, environment, where state and config live."""
+
+    options: dict[str, object]
+    args: dict[str, str]
+    environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+
+    def option(self, name: str, default: str | None = None) -> str | None:
+        value = self.options.get(name, default)
+        return None if value is None else str(value)
+
+    def flag(self, name: str) -> bool:
+        return bool(self.options.get(name))
+
+    @property
+    def container_id(self) -> str:
+        from pyscrun.anchor.store import validate_id
+
+        return validate_id(self.args["container-id"])
+
+    @property
+    def store(self):  # type: ignore[no-untyped-def]  # lazily imported type
+        from pyscrun.anchor.store import Store, default_root
+
+        root = self.option("root")
+        return Store(Path(root).absolute() if root else default_root(self.environ))
+
+    @property
+    def slurm_conf(self) -> Path:
+        from pyscrun.conf.site import slurm_conf_path
+
+        return slurm_conf_path(self.option("f"), self.environ)
+
+
+def _handler(spec: str) -> Callable[[Context], int]:
+    module_name, _, function = spec.partition(":")
+    return getattr(importlib.import_module(module_name), function)  # type: ignore[no-any-return]
+
+
+def run(argv: list[str]) -> int:
+    parsed = flags.parse(argv)
+    options = parsed.options
+    log_format = str(options.get("log_format", "text"))
+    if log_format not in ("text", "json"):
+        raise UsageError(f"invalid --log-format {log_format!r}: use text or json")
+    log.current = log.configure(
+        int(options.get("v", 0)),  # type: ignore[call-overload]
+        bool(options.get("debug")), str(options.get("log") or "") or None, log_format,
+        os.environ,
+    )
+    if options.get("version"):
+        print(f"scrun (pyscrun) version {__version__}\nspec: 1.0.2")
+        return 0
+    if options.get("usage"):
+        print(flags.usage())
+        return 0
+    verb = parsed.verb
+    if options.get("help") or verb is None:
+        print(flags.help_text(verb))
+        return 0 if options.get("help") else 2
+    if not verb.supported:
+        raise NotSupported(f"{verb.name} is not supported yet by pyscrun")
+    log.current.debug(f"{verb.name} {parsed.args}")
+    return _handler(verb.handler)(Context(options, parsed.args))
+
+
+def main() -> None:
+    try:
+        code = run(sys.argv[1:])
+    except ScrunError as err:
+        log.current.error(str(err))
+        code = exit_code_for(err)
+    except KeyboardInterrupt as err:
+        code = exit_code_for(err)
+    sys.exit(code)

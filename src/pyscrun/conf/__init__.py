@@ -1,0 +1,1 @@
+"""Configuration: oci.conf, pyscrun.conf, %-patterns, where they live."""

@@ -1,0 +1,174 @@
+"""oci.conf: Slurm's container settings, every directive in one table, with its checks."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pyscrun.conf import keyvalue, patterns
+from pyscrun.errors import ConfigError
+from pyscrun.log import parse_level
+
+RUNTIME_DIRECTIVES = ("RunTimeCreate", "RunTimeDelete", "RunTimeKill", "RunTimeQuery",
+                      "RunTimeRun", "RunTimeStart")
+_ENV_FILE_MODES = {"null": "null", "true": "null", "newline": "newline",
+                   "disabled": "disabled", "false": "disabled"}
+
+
+def _boolean(value: str, where: str) -> bool:
+    lowered = value.lower()
+    if lowered in ("yes", "true", "1", "y"):
+        return True
+    if lowered in ("no", "false", "0", "n"):
+        return False
+    raise ConfigError(f"{where}: expected true or false, found {value!r}")
+
+
+def _regex(value: str, where: str) -> re.Pattern[str]:
+    try:
+        return re.compile(value)
+    except re.error as err:
+        raise ConfigError(f"{where}: invalid regular expression {value!r}: {err}") from None
+
+
+def _env_file(value: str, where: str) -> str:
+    try:
+        return _ENV_FILE_MODES[value.lower()]
+    except KeyError:
+        raise ConfigError(f"{where}: CreateEnvFile must be null, newline or disabled") from None
+
+
+def _pattern(value: str, where: str) -> str:
+    patterns.check(value, where)
+    return value
+
+
+def _hook_list(value: str, where: str) -> tuple[str, ...]:
+    return tuple(item.strip() for item in value.split(",") if item.strip())
+
+
+def _text(value: str, where: str) -> str:
+    return value
+
+
+def _level(value: str, where: str) -> int:
+    return parse_level(value, where)
+
+
+@dataclass(frozen=True)
+class Directive:
+    name: str
+    convert: Callable[[str, str], Any]
+    repeat: bool = False
+
+
+DIRECTIVES = {
+    d.name.lower(): d
+    for d in (
+        Directive("ContainerPath", _text),
+        Directive("CreateEnvFile", _env_file),
+        Directive("DebugFlags", _text),
+        Directive("DisableCleanup", _boolean),
+        Directive("DisableHooks", _hook_list),
+        Directive("EnvExclude", _regex),
+        Directive("FileDebug", _level),
+        Directive("IgnoreFileConfigJson", _boolean),
+        Directive("MountSpoolDir", _text),
+        *(Directive(name, _pattern) for name in RUNTIME_DIRECTIVES),
+        Directive("RunTimeEnvExclude", _regex),
+        Directive("SrunArgs", _text, repeat=True),
+        Directive("SrunPath", _text),
+        Directive("StdIODebug", _level),
+        Directive("SyslogDebug", _level),
+    )
+}
+
+
+@dataclass(frozen=True)
+class OciConf:
+    source: str = "built-in default"
+    ContainerPath: str = ""
+    CreateEnvFile: str = "disabled"
+    DebugFlags: str = ""
+    DisableCleanup: bool = False
+    DisableHooks: tuple[str, ...] = ()
+    EnvExclude: re.Pattern[str] | None = None
+    FileDebug: int | None = None
+    IgnoreFileConfigJson: bool = False
+    MountSpoolDir: str = ""
+    RunTimeCreate: str = ""
+    RunTimeDelete: str = ""
+    RunTimeKill: str = ""
+    RunTimeQuery: str = ""
+    RunTimeRun: str = ""
+    RunTimeStart: str = ""
+    RunTimeEnvExclude: re.Pattern[str] | None = None
+    SrunArgs: tuple[str, ...] = field(default_factory=tuple)
+    SrunPath: str = ""
+    StdIODebug: int | None = None
+    SyslogDebug: int | None = None
+
+    @property
+    def run_mode(self) -> bool:
+        return bool(self.RunTimeRun)
+
+
+# With no oci.conf at all: runc in run mode, as Slurm's own example configures it.
+_RUNC_ID = "%n.%u.%j.%s.%t"
+BUILTIN_DEFAULT = OciConf(
+    RunTimeQuery=f"runc state {_RUNC_ID}",
+    RunTimeKill=f"runc kill -a {_RUNC_ID}",
+    RunTimeDelete=f"runc delete --force {_RUNC_ID}",
+    RunTimeRun=f"runc run {_RUNC_ID} -b %b",
+)
+
+
+def _validate(conf: OciConf) -> None:
+    where = conf.source
+    if conf.RunTimeRun:
+        if conf.RunTimeCreate or conf.RunTimeStart:
+            raise ConfigError(
+                f"{where}: RunTimeRun cannot be combined with RunTimeCreate or RunTimeStart"
+            )
+        missing = [n for n in ("RunTimeKill", "RunTimeDelete") if not getattr(conf, n)]
+    elif conf.RunTimeCreate or conf.RunTimeStart:
+        missing = [n for n in ("RunTimeCreate", "RunTimeStart", "RunTimeQuery",
+                               "RunTimeKill", "RunTimeDelete") if not getattr(conf, n)]
+    else:
+        raise ConfigError(f"{where}: set RunTimeRun, or RunTimeCreate and RunTimeStart")
+    if missing:
+        mode = "run mode" if conf.RunTimeRun else "create/start mode"
+        raise ConfigError(f"{where}: {mode} needs {', '.join(missing)}")
+    if conf.IgnoreFileConfigJson and conf.RunTimeStart:
+        raise ConfigError(f"{where}: IgnoreFileConfigJson=true cannot be used with RunTimeStart")
+
+
+def parse(text: str, source: str) -> OciConf:
+    values: dict[str, Any] = {}
+    for key, raw, line in keyvalue.parse(text, source):
+        where = f"{source}:{line}"
+        directive = DIRECTIVES.get(key.lower())
+        if directive is None:
+            raise ConfigError(f"{where}: unknown directive {key!r}")
+        value = directive.convert(raw, where)
+        if directive.repeat:
+            values[directive.name] = (*values.get(directive.name, ()), value)
+        else:
+            values[directive.name] = value
+    conf = OciConf(source=source, **values)
+    _validate(conf)
+    return conf
+
+
+def load(path: Path) -> OciConf:
+    """oci.conf at path, or the built-in default when there is none."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return BUILTIN_DEFAULT
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"cannot read {path}: {err}") from None
+    return parse(text, str(path))

@@ -1,0 +1,134 @@
+"""SCRUN_* job input variables: each one's Slurm option, in one table.
+
+The man page maps every SCRUN_X to what SLURM_X (or SALLOC_X) sets. Most shape the
+allocation (salloc); a few only make sense for the step (srun). Values go to Slurm as
+separate argv entries, never through a shell.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from pyscrun.errors import UsageError
+
+ALLOC, STEP = "alloc", "step"
+
+
+@dataclass(frozen=True)
+class JobOption:
+    variable: str
+    option: str
+    applies_to: str = ALLOC
+    is_flag: bool = False
+
+
+JOB_OPTIONS = {
+    o.variable: o
+    for o in (
+        JobOption("SCRUN_ACCOUNT", "--account"),
+        JobOption("SCRUN_ACCTG_FREQ", "--acctg-freq"),
+        JobOption("SCRUN_BURST_BUFFER", "--bb"),
+        JobOption("SCRUN_CLUSTER_CONSTRAINT", "--cluster-constraint"),
+        JobOption("SCRUN_CLUSTERS", "--clusters"),
+        JobOption("SCRUN_CONSTRAINT", "--constraint"),
+        JobOption("SCRUN_CORE_SPEC", "--core-spec"),
+        JobOption("SCRUN_CPU_BIND", "--cpu-bind", STEP),
+        JobOption("SCRUN_CPU_FREQ_REQ", "--cpu-freq"),
+        JobOption("SCRUN_CPUS_PER_GPU", "--cpus-per-gpu"),
+        JobOption("SCRUN_CPUS_PER_TASK", "--cpus-per-task"),
+        JobOption("SCRUN_DELAY_BOOT", "--delay-boot"),
+        JobOption("SCRUN_DEPENDENCY", "--dependency"),
+        JobOption("SCRUN_DISTRIBUTION", "--distribution"),
+        JobOption("SCRUN_EPILOG", "--epilog", STEP),
+        JobOption("SCRUN_EXACT", "--exact", STEP, is_flag=True),
+        JobOption("SCRUN_EXCLUSIVE", "--exclusive", is_flag=True),
+        JobOption("SCRUN_GPU_BIND", "--gpu-bind"),
+        JobOption("SCRUN_GPU_FREQ", "--gpu-freq"),
+        JobOption("SCRUN_GPUS", "--gpus"),
+        JobOption("SCRUN_GPUS_PER_NODE", "--gpus-per-node"),
+        JobOption("SCRUN_GPUS_PER_SOCKET", "--gpus-per-socket"),
+        JobOption("SCRUN_GPUS_PER_TASK", "--gpus-per-task"),
+        JobOption("SCRUN_GRES_FLAGS", "--gres-flags"),
+        JobOption("SCRUN_GRES", "--gres"),
+        JobOption("SCRUN_HINT", "--hint"),
+        JobOption("SCRUN_JOB_NAME", "--job-name"),
+        JobOption("SCRUN_JOB_NODELIST", "--nodelist"),
+        JobOption("SCRUN_JOB_NUM_NODES", "--nodes"),
+        JobOption("SCRUN_LABELIO", "--label", STEP, is_flag=True),
+        JobOption("SCRUN_MEM_BIND", "--mem-bind"),
+        JobOption("SCRUN_MEM_PER_CPU", "--mem-per-cpu"),
+        JobOption("SCRUN_MEM_PER_GPU", "--mem-per-gpu"),
+        JobOption("SCRUN_MEM_PER_NODE", "--mem"),
+        JobOption("SCRUN_MPI_TYPE", "--mpi", STEP),
+        JobOption("SCRUN_NCORES_PER_SOCKET", "--cores-per-socket"),
+        JobOption("SCRUN_NETWORK", "--network"),
+        JobOption("SCRUN_NSOCKETS_PER_NODE", "--sockets-per-node"),
+        JobOption("SCRUN_NTASKS", "--ntasks"),
+        JobOption("SCRUN_NTASKS_PER_CORE", "--ntasks-per-core"),
+        JobOption("SCRUN_NTASKS_PER_GPU", "--ntasks-per-gpu"),
+        JobOption("SCRUN_NTASKS_PER_NODE", "--ntasks-per-node"),
+        JobOption("SCRUN_NTASKS_PER_TRES", "--ntasks-per-tres"),
+        JobOption("SCRUN_OPEN_MODE", "--open-mode", STEP),
+        JobOption("SCRUN_OVERCOMMIT", "--overcommit", is_flag=True),
+        JobOption("SCRUN_OVERLAP", "--overlap", STEP, is_flag=True),
+        JobOption("SCRUN_PARTITION", "--partition"),
+        JobOption("SCRUN_POWER", "--power"),
+        JobOption("SCRUN_PROFILE", "--profile"),
+        JobOption("SCRUN_PROLOG", "--prolog", STEP),
+        JobOption("SCRUN_QOS", "--qos"),
+        JobOption("SCRUN_REMOTE_CWD", "--chdir", STEP),
+        JobOption("SCRUN_REQ_SWITCH", "--switches"),
+        JobOption("SCRUN_RESERVATION", "--reservation"),
+        JobOption("SCRUN_SIGNAL", "--signal"),
+        JobOption("SCRUN_SLURMD_DEBUG", "--slurmd-debug", STEP),
+        JobOption("SCRUN_SPREAD_JOB", "--spread-job", is_flag=True),
+        JobOption("SCRUN_TASK_EPILOG", "--task-epilog", STEP),
+        JobOption("SCRUN_TASK_PROLOG", "--task-prolog", STEP),
+        JobOption("SCRUN_THREAD_SPEC", "--thread-spec"),
+        JobOption("SCRUN_THREADS_PER_CORE", "--threads-per-core"),
+        JobOption("SCRUN_THREADS", "--threads", STEP),
+        JobOption("SCRUN_TIMELIMIT", "--time"),
+        JobOption("SCRUN_TRES_BIND", "--tres-bind", STEP),
+        JobOption("SCRUN_TRES_PER_TASK", "--tres-per-task"),
+        JobOption("SCRUN_UNBUFFEREDIO", "--unbuffered", STEP, is_flag=True),
+        JobOption("SCRUN_USE_MIN_NODES", "--use-min-nodes", is_flag=True),
+        JobOption("SCRUN_WAIT4SWITCH", "--wait4switch"),
+        JobOption("SCRUN_WCKEY", "--wckey"),
+        JobOption("SCRUN_WORKING_DIR", "--chdir"),
+    )
+}
+# The man page spells this one SLURM_CORE_SPEC; accept both.
+JOB_OPTIONS["SLURM_CORE_SPEC"] = JOB_OPTIONS["SCRUN_CORE_SPEC"]
+_TRUE = ("", "1", "yes", "true", "y", "t")
+_FALSE = ("0", "no", "false", "n", "f")
+
+
+def job_options(environ: Mapping[str, str], config_env: Iterable[str]) -> dict[str, str]:
+    """SCRUN_* settings from the caller's environment, overridden by config.json's."""
+    found = {k: v for k, v in environ.items() if k in JOB_OPTIONS}
+    for entry in config_env:
+        key, _, value = entry.partition("=")
+        if key in JOB_OPTIONS:
+            found[key] = value
+    for key, value in found.items():
+        if "\n" in value or "\0" in value:
+            raise UsageError(f"{key}: the value must be a single line")
+        if JOB_OPTIONS[key].is_flag and value.lower() not in (*_TRUE, *_FALSE):
+            raise UsageError(f"{key}: expected yes or no, found {value!r}")
+    return found
+
+
+def arguments(options: Mapping[str, str], applies_to: str) -> list[str]:
+    """The salloc (ALLOC) or srun (STEP) arguments for these settings."""
+    args = []
+    for key, value in options.items():
+        option = JOB_OPTIONS[key]
+        if option.applies_to != applies_to:
+            continue
+        if option.is_flag:
+            if value.lower() in _TRUE:
+                args.append(option.option)
+        else:
+            args.append(f"{option.option}={value}")
+    return args

@@ -1,0 +1,71 @@
+"""Where the configuration lives and what it says: slurm.conf, oci.conf, pyscrun.conf.
+
+oci.conf stays in Slurm's own format; settings only pyscrun has live in pyscrun.conf
+beside it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyscrun.conf import keyvalue, ociconf
+from pyscrun.errors import ConfigError
+
+DEFAULT_SLURM_CONF = Path("/etc/slurm/slurm.conf")
+BACKENDS = ("auto", "local", "slurm")
+
+
+@dataclass(frozen=True)
+class PyscrunConf:
+    Backend: str = "auto"
+
+
+def _parse_pyscrun_conf(path: Path) -> PyscrunConf:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return PyscrunConf()
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"cannot read {path}: {err}") from None
+    values: dict[str, str] = {}
+    for key, value, line in keyvalue.parse(text, str(path)):
+        name = {f.lower(): f for f in PyscrunConf.__dataclass_fields__}.get(key.lower())
+        if name is None:
+            raise ConfigError(f"{path}:{line}: unknown directive {key!r}")
+        values[name] = value
+    backend = values.get("Backend", "auto").lower()
+    if backend not in BACKENDS:
+        raise ConfigError(f"{path}: Backend must be one of {', '.join(BACKENDS)}")
+    return PyscrunConf(Backend=backend)
+
+
+@dataclass(frozen=True)
+class Site:
+    slurm_conf: Path
+    oci: ociconf.OciConf
+    backend: str
+
+    @property
+    def conf_dir(self) -> Path:
+        return self.slurm_conf.parent
+
+    @property
+    def scrun_lua(self) -> Path:
+        return self.conf_dir / "scrun.lua"
+
+
+def slurm_conf_path(flag: str | None, environ: dict[str, str] | os._Environ[str]) -> Path:
+    return Path(flag or environ.get("SLURM_CONF") or DEFAULT_SLURM_CONF).absolute()
+
+
+def load(slurm_conf: Path) -> Site:
+    conf_dir = slurm_conf.parent
+    oci = ociconf.load(conf_dir / "oci.conf")
+    backend = _parse_pyscrun_conf(conf_dir / "pyscrun.conf").Backend
+    if backend == "auto":
+        backend = "slurm" if slurm_conf.is_file() else "local"
+    elif backend == "slurm" and not slurm_conf.is_file():
+        raise ConfigError(f"Backend=slurm but {slurm_conf} does not exist")
+    return Site(slurm_conf, oci, backend)

@@ -1,0 +1,134 @@
+"""Logging with Slurm's level names to stderr, a --log file (text or JSON lines) and syslog.
+
+Hand-rolled rather than the logging module: the CLI runs several times per container
+and every import counts. The JSON form is what conmon reads back on failure.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import TextIO
+
+from pyscrun.errors import UsageError
+
+# Slurm's log levels, quietest first; the index is the level number.
+LEVEL_NAMES = (
+    "quiet", "fatal", "error", "info", "verbose",
+    "debug", "debug2", "debug3", "debug4", "debug5",
+)
+QUIET, FATAL, ERROR, INFO, VERBOSE, DEBUG, DEBUG2, DEBUG3, DEBUG4, DEBUG5 = range(10)
+# Level names as runc/logrus spell them in JSON logs, which conmon understands.
+_JSON_LEVEL = {FATAL: "fatal", ERROR: "error", INFO: "info", VERBOSE: "info"}
+
+
+def parse_level(text: str, source: str) -> int:
+    try:
+        return LEVEL_NAMES.index(text.strip().lower())
+    except ValueError:
+        raise UsageError(
+            f"{source}: invalid log level {text!r} (one of {', '.join(LEVEL_NAMES)})"
+        ) from None
+
+
+@dataclass
+class Logger:
+    stderr_level: int = ERROR
+    file_level: int = INFO
+    syslog_level: int = QUIET
+    file_path: str | None = None
+    file_format: str = "text"
+    prefix: str = "scrun"
+    stderr: TextIO | None = field(default_factory=lambda: sys.stderr)
+    _file: TextIO | None = None
+
+    def log(self, level: int, msg: str) -> None:
+        if level <= self.stderr_level and self.stderr is not None:
+            try:
+                self.stderr.write(f"{self.prefix}: {LEVEL_NAMES[level]}: {msg}\n")
+                self.stderr.flush()
+            except OSError:
+                pass
+        if level <= self.file_level and self.file_path:
+            self._write_file(level, msg)
+        if level <= self.syslog_level:
+            import syslog
+
+            syslog.syslog(syslog.LOG_ERR if level <= ERROR else syslog.LOG_INFO, msg)
+
+    def _write_file(self, level: int, msg: str) -> None:
+        now = time.time()
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1e6):06d}Z"
+        if self.file_format == "json":
+            line = json.dumps(
+                {"level": _JSON_LEVEL.get(level, "debug"), "msg": msg, "time": stamp}
+            )
+        else:
+            line = f"{stamp} {self.prefix}[{os.getpid()}] {LEVEL_NAMES[level]}: {msg}"
+        try:
+            if self._file is None:
+                self._file = open(self.file_path, "a", encoding="utf-8")  # noqa: SIM115
+            self._file.write(line + "\n")
+            self._file.flush()
+        except OSError:
+            self.file_path = None
+
+    def error(self, msg: str) -> None:
+        self.log(ERROR, msg)
+
+    def info(self, msg: str) -> None:
+        self.log(INFO, msg)
+
+    def verbose(self, msg: str) -> None:
+        self.log(VERBOSE, msg)
+
+    def debug(self, msg: str) -> None:
+        self.log(DEBUG, msg)
+
+    def open_fds(self) -> tuple[int, ...]:
+        return (self._file.fileno(),) if self._file is not None else ()
+
+    def close_file(self) -> None:
+        """Drop the open log file (it reopens on the next message), e.g. before fds close."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def detach_stderr(self) -> None:
+        """The anchor's stderr belongs to the container: never write there again."""
+        self.stderr = None
+
+
+# Environment variables of the man page and the destination each one sets.
+_LEVEL_VARIABLES = (
+    ("SCRUN_DEBUG", ("stderr_level", "file_level")),
+    ("SCRUN_STDERR_DEBUG", ("stderr_level",)),
+    ("SCRUN_FILE_DEBUG", ("file_level",)),
+    ("SCRUN_SYSLOG_DEBUG", ("syslog_level",)),
+)
+
+
+def configure(
+    verbosity: int, debug: bool, log_path: str | None, log_format: str,
+    environ: dict[str, str] | os._Environ[str],
+) -> Logger:
+    logger = Logger(file_path=log_path or None, file_format=log_format)
+    if debug:
+        logger.stderr_level = logger.file_level = DEBUG
+    if verbosity:
+        logger.stderr_level = min(DEBUG5, max(logger.stderr_level, ERROR + verbosity))
+        logger.file_level = max(logger.file_level, logger.stderr_level)
+    for name, targets in _LEVEL_VARIABLES:
+        value = environ.get(name)
+        if value:
+            level = parse_level(value, name)
+            for target in targets:
+                setattr(logger, target, level)
+    return logger
+
+
+# The process-wide logger; the CLI replaces it once options are parsed.
+current = Logger()

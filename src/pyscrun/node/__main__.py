@@ -1,0 +1,3 @@
+from pyscrun.node.agent import cli
+
+cli()

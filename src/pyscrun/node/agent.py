@@ -1,0 +1,328 @@
+"""The node agent: prepares one task's container and runs it with the low-level runtime.
+
+Started by the anchor (local backend) or as a Slurm job step task (srun). It keeps a
+connection to the anchor's control socket for orders (kill) and exits with the
+container's exit status, which becomes the step's and so the container's for podman.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import selectors
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from pyscrun import log
+from pyscrun.anchor import protocol
+from pyscrun.conf import patterns, site
+from pyscrun.conf.ociconf import OciConf
+from pyscrun.errors import RuntimeCommandError, ScrunError
+from pyscrun.node import rewrite
+from pyscrun.node.runtime import RuntimeCommands, stop_and_delete
+from pyscrun.oci import bundle as oci_bundle
+
+_FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
+                      signal.SIGUSR1, signal.SIGUSR2, signal.SIGCONT)
+# How long create/start mode waits for the runtime to report the container created.
+CREATE_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True)
+class TaskIdentity:
+    container_id: str
+    bundle: Path
+    job_id: str
+    step_id: str
+    task_id: str
+    node: str
+    uid: int
+    user: str
+
+    @classmethod
+    def from_env(cls, env: dict[str, str]) -> TaskIdentity:
+        uid = os.getuid()
+        try:
+            user = pwd.getpwuid(uid).pw_name
+        except KeyError:
+            user = str(uid)
+        return cls(
+            container_id=env["PYSCRUN_AGENT_CONTAINER_ID"],
+            bundle=Path(env["PYSCRUN_AGENT_BUNDLE"]),
+            job_id=env["PYSCRUN_AGENT_JOB_ID"],
+            step_id=env.get("SLURM_STEP_ID") or env.get("PYSCRUN_AGENT_STEP_ID", "0"),
+            task_id=env.get("SLURM_PROCID") or "0",
+            node=env.get("SLURMD_NODENAME") or socket.gethostname(),
+            uid=uid,
+            user=user,
+        )
+
+
+def default_container_path() -> Path:
+    if os.getuid() == 0:
+        return Path("/run/pyscrun/tasks")
+    runtime_dir = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime_dir:
+        return Path(runtime_dir) / "pyscrun-tasks"
+    return Path(os.environ.get("TMPDIR") or "/tmp") / f"pyscrun-tasks-{os.getuid()}"
+
+
+def _job_env(env: dict[str, str]) -> dict[str, str]:
+    """The step's Slurm variables, which the container sees beside its own."""
+    return {k: v for k, v in env.items() if k.startswith("SLURM")}
+
+
+class Task:
+    """One task's directory, rewritten config and runtime commands."""
+
+    def __init__(self, conf: OciConf, ident: TaskIdentity, env: dict[str, str]) -> None:
+        self.conf = conf
+        self.ident = ident
+        base = Path(conf.ContainerPath) if conf.ContainerPath else default_container_path()
+        self.step_dir = base / f"oci-job{ident.job_id}-{ident.step_id}"
+        self.dir = self.step_dir / f"task-{ident.task_id}"
+        self.env = env
+        self.terminal = os.isatty(0)
+
+    def prepare(self) -> RuntimeCommands:
+        self.dir.mkdir(mode=0o700, parents=True, exist_ok=False)
+        conf, ident = self.conf, self.ident
+        if conf.IgnoreFileConfigJson:
+            bundle_dir, rootfs = ident.bundle, ident.bundle
+            args: list[str] = json.loads(self.env.get("PYSCRUN_AGENT_ARGS", "[]"))
+            env_entries = rewrite.exclude_env(
+                rewrite.merge_env([], _job_env(self.env)), conf.EnvExclude)
+        else:
+            source = oci_bundle.load(str(ident.bundle))
+            config = rewrite.rewrite(
+                source.config, bundle=ident.bundle, job_env=_job_env(self.env),
+                env_exclude=conf.EnvExclude, terminal=self.terminal and conf.run_mode,
+                mount_spool_dir=conf.MountSpoolDir, step_dir=self.step_dir,
+                disable_hooks=conf.DisableHooks,
+            )
+            (self.dir / "config.json").write_text(json.dumps(config), encoding="utf-8")
+            bundle_dir, rootfs = self.dir, Path(config["root"]["path"])
+            args = config["process"]["args"]
+            env_entries = config["process"]["env"]
+        env_file = ""
+        if conf.CreateEnvFile != "disabled":
+            env_path = self.dir / "environment"
+            env_path.write_bytes(rewrite.env_file_content(env_entries, conf.CreateEnvFile))
+            env_file = str(env_path)
+        values = patterns.PatternValues(
+            bundle=str(bundle_dir), env_file=env_file, job_id=ident.job_id,
+            step_dir=str(self.step_dir), node_name=ident.node, rootfs=str(rootfs),
+            step_id=ident.step_id, task_id=ident.task_id, user_name=ident.user,
+            uid=str(ident.uid), args=args,
+        )
+        runtime_env = {k: v for k, v in self.env.items() if not k.startswith("PYSCRUN_AGENT_")}
+        return RuntimeCommands(conf, values, self.dir, runtime_env)
+
+    def cleanup(self) -> None:
+        if self.conf.DisableCleanup:
+            return
+        import shutil
+
+        shutil.rmtree(self.dir, ignore_errors=True)
+        try:
+            self.step_dir.rmdir()
+        except OSError:
+            pass  # another task of the step still uses it
+
+
+class Agent:
+    def __init__(self, env: dict[str, str], conf: OciConf) -> None:
+        self.env = env
+        self.conf = conf
+        self.selector = selectors.DefaultSelector()
+        self.control: socket.socket | None = None
+        self.reader = protocol.LineReader()
+        self.commands: RuntimeCommands | None = None
+        self.process: subprocess.Popen[bytes] | None = None
+        self.container_pid = 0
+        self.pending_signals: list[int] = []
+
+    # -- control channel -------------------------------------------------------------
+    def connect(self) -> None:
+        path = self.env.get("PYSCRUN_AGENT_SOCKET")
+        if not path:
+            return
+        self.control = protocol.connect(Path(path), timeout=10)
+        self.control.sendall(protocol.encode({
+            "op": "agent-hello", "token": self.env.get("PYSCRUN_AGENT_TOKEN", ""),
+            "task": self.env.get("SLURM_PROCID", "0"),
+        }))
+        self.control.setblocking(False)
+        self.selector.register(self.control, selectors.EVENT_READ, "control")
+
+    def _on_control(self) -> None:
+        assert self.control is not None
+        try:
+            data = self.control.recv(65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            # The anchor is gone: nobody will collect this container, so end it.
+            log.current.info("anchor connection lost: killing the container")
+            self.selector.unregister(self.control)
+            self.control.close()
+            self.control = None
+            self.deliver(signal.SIGKILL)
+            return
+        for message in self.reader.feed(data):
+            if message.get("op") == "kill":
+                self.deliver(int(message.get("signal", signal.SIGTERM)))
+
+    # -- signals -------------------------------------------------------------------
+    def deliver(self, signum: int) -> None:
+        """Send signum to the container's init, found through the runtime if it can."""
+        pid = self.container_pid
+        if not pid and self.commands is not None:
+            pid = self.commands.runtime_pid()
+        if not pid and self.process is not None:
+            pid = self.process.pid
+        if not pid:
+            self.pending_signals.append(signum)
+            return
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
+
+    def _install_signal_relay(self) -> None:
+        reader, writer = socket.socketpair()
+        reader.setblocking(False)
+        writer.setblocking(False)
+        signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+        self._signal_sockets = (reader, writer)
+        for signum in _FORWARDED_SIGNALS:
+            signal.signal(signum, lambda *_: None)
+        self.selector.register(reader, selectors.EVENT_READ, "signal")
+
+    def _on_signal(self, reader: socket.socket) -> None:
+        try:
+            data = reader.recv(256)
+        except BlockingIOError:
+            return
+        for signum in data:
+            self.deliver(signum)
+
+    # -- the run ---------------------------------------------------------------------
+    def wait_for(self, pid: int) -> int:
+        """Serve the control channel and signals until pid exits; its exit status."""
+        pidfd = os.pidfd_open(pid)
+        self.selector.register(pidfd, selectors.EVENT_READ, "exit")
+        try:
+            while True:
+                for key, _ in self.selector.select():
+                    if key.data == "exit":
+                        return _wait_status(pid)
+                    if key.data == "control":
+                        self._on_control()
+                    elif key.data == "signal":
+                        self._on_signal(key.fileobj)  # type: ignore[arg-type]
+        finally:
+            self.selector.unregister(pidfd)
+            os.close(pidfd)
+
+    def run_mode(self, commands: RuntimeCommands) -> int:
+        self.process = commands.spawn("RunTimeRun")
+        commands.set_pid(self.process.pid)
+        for signum in self.pending_signals:
+            self.deliver(signum)
+        self.pending_signals.clear()
+        return self.wait_for(self.process.pid)
+
+    def create_start_mode(self, commands: RuntimeCommands) -> int:
+        # The runtime's create forks the container and exits: as subreaper this agent
+        # inherits the container process and so learns its exit status.
+        _set_child_subreaper()
+        created = commands.spawn("RunTimeCreate")
+        if created.wait() != 0:
+            raise RuntimeCommandError(f"RunTimeCreate exited {created.returncode}")
+        deadline = time.monotonic() + CREATE_TIMEOUT
+        while True:
+            document = commands.query() or {}
+            if document.get("status") == "created":
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeCommandError("the runtime did not report the container created")
+            time.sleep(0.02)
+        pid = int(document.get("pid", 0))
+        self.container_pid = pid
+        commands.set_pid(pid)
+        code, _ = commands.run("RunTimeStart")
+        if code != 0:
+            raise RuntimeCommandError(f"RunTimeStart exited {code}")
+        for signum in self.pending_signals:
+            self.deliver(signum)
+        self.pending_signals.clear()
+        return self.wait_for(pid)
+
+    def main(self) -> int:
+        ident = TaskIdentity.from_env(self.env)
+        task = Task(self.conf, ident, self.env)
+        self._install_signal_relay()
+        self.connect()
+        try:
+            self.commands = commands = task.prepare()
+            try:
+                if self.conf.run_mode:
+                    return self.run_mode(commands)
+                return self.create_start_mode(commands)
+            finally:
+                stop_and_delete(commands)
+        finally:
+            task.cleanup()
+
+
+def _wait_status(pid: int) -> int:
+    """Exit status of a child the way a shell reports it (128+N for signal N)."""
+    try:
+        _, status = os.waitpid(pid, 0)
+    except ChildProcessError:
+        return 0
+    return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+
+
+def _set_child_subreaper() -> None:
+    import ctypes
+
+    pr_set_child_subreaper = 36
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(pr_set_child_subreaper, 1, 0, 0, 0)
+
+
+def main(env: dict[str, str]) -> int:
+    """Run one task; returns its exit status. Errors become a message and status 255."""
+    try:
+        conf = site.load(Path(env["PYSCRUN_AGENT_SLURM_CONF"])).oci
+        return Agent(env, conf).main()
+    except (ScrunError, OSError, KeyError, ValueError) as err:
+        log.current.error(f"node agent: {err}")
+        _report_error(env, str(err))
+        return 255
+
+
+def _report_error(env: dict[str, str], message: str) -> None:
+    path = env.get("PYSCRUN_AGENT_SOCKET")
+    if not path:
+        return
+    try:
+        protocol.request(Path(path), {"op": "agent-error", "message": message,
+                                      "token": env.get("PYSCRUN_AGENT_TOKEN", "")}, 5)
+    except ScrunError:
+        pass
+
+
+def cli() -> None:
+    """Entry point when srun starts the agent: `python -m pyscrun.node`."""
+    raise SystemExit(main(dict(os.environ)))
+

@@ -1,0 +1,64 @@
+"""The per-task config.json: what the compute node's runtime actually runs."""
+
+from __future__ import annotations
+
+import copy
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+
+def merge_env(base: list[str], extra: Mapping[str, str]) -> list[str]:
+    """base with every key of extra set to its value (replacing, else appended)."""
+    merged: dict[str, str] = {}
+    for entry in base:
+        key, _, value = entry.partition("=")
+        merged[key] = value
+    merged.update(extra)
+    return [f"{key}={value}" for key, value in merged.items()]
+
+
+def exclude_env(entries: list[str], pattern: re.Pattern[str] | None) -> list[str]:
+    if pattern is None:
+        return entries
+    return [entry for entry in entries if not pattern.search(entry)]
+
+
+def rewrite(
+    config: Mapping[str, Any],
+    *,
+    bundle: Path,
+    job_env: Mapping[str, str],
+    env_exclude: re.Pattern[str] | None,
+    terminal: bool,
+    mount_spool_dir: str,
+    step_dir: Path,
+    disable_hooks: tuple[str, ...],
+) -> dict[str, Any]:
+    new: dict[str, Any] = copy.deepcopy(dict(config))
+    root = new.setdefault("root", {})
+    root["path"] = os.path.normpath(bundle / root.get("path", "rootfs"))
+    process = new.setdefault("process", {})
+    process["env"] = exclude_env(merge_env(process.get("env") or [], job_env), env_exclude)
+    process["terminal"] = terminal
+    if not terminal:
+        process.pop("consoleSize", None)
+    if mount_spool_dir:
+        new.setdefault("mounts", []).append({
+            "destination": mount_spool_dir,
+            "type": "bind",
+            "source": str(step_dir),
+            "options": ["rbind", "rw"],
+        })
+    hooks = new.get("hooks")
+    if hooks and disable_hooks:
+        for hook_type in disable_hooks:
+            hooks.pop(hook_type, None)
+    return new
+
+
+def env_file_content(entries: list[str], mode: str) -> bytes:
+    separator = "\0" if mode == "null" else "\n"
+    return "".join(entry + separator for entry in entries).encode()

@@ -1,0 +1,1 @@
+"""OCI data: the bundle's config.json, the state document, the features document."""

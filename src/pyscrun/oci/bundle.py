@@ -1,0 +1,102 @@
+"""Loading and checking a bundle's config.json: what create needs before it forks."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyscrun.errors import BundleError
+
+# A real config.json is a few KiB; anything this large is a mistake or an attack.
+MAX_CONFIG_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Bundle:
+    path: Path
+    config: dict[str, Any]
+
+    @property
+    def config_path(self) -> Path:
+        return self.path / "config.json"
+
+    @property
+    def rootfs(self) -> Path:
+        root = self.config.get("root", {}).get("path", "rootfs")
+        return (self.path / root).resolve() if not os.path.isabs(root) else Path(root)
+
+    @property
+    def terminal(self) -> bool:
+        return bool(self.config.get("process", {}).get("terminal", False))
+
+    @property
+    def env(self) -> list[str]:
+        return list(self.config.get("process", {}).get("env") or [])
+
+    @property
+    def annotations(self) -> dict[str, str]:
+        return dict(self.config.get("annotations") or {})
+
+
+def _expect(value: Any, kind: type | tuple[type, ...], where: str) -> None:
+    if not isinstance(value, kind):
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise BundleError(f"config.json: {where} must be {names}, not {type(value).__name__}")
+
+
+def _check(config: Any) -> None:
+    _expect(config, dict, "the document")
+    _expect(config.get("ociVersion", ""), str, "ociVersion")
+    process = config.get("process")
+    if process is None:
+        raise BundleError("config.json: process is missing")
+    _expect(process, dict, "process")
+    args = process.get("args")
+    if not args:
+        raise BundleError("config.json: process.args is missing or empty")
+    _expect(args, list, "process.args")
+    for arg in args:
+        _expect(arg, str, "each of process.args")
+    env = process.get("env", [])
+    _expect(env, list, "process.env")
+    for entry in env:
+        _expect(entry, str, "each of process.env")
+    _expect(process.get("terminal", False), bool, "process.terminal")
+    _expect(process.get("cwd", "/"), str, "process.cwd")
+    root = config.get("root", {"path": "rootfs"})
+    _expect(root, dict, "root")
+    _expect(root.get("path", "rootfs"), str, "root.path")
+    annotations = config.get("annotations", {})
+    _expect(annotations, dict, "annotations")
+    for key, value in annotations.items():
+        _expect(value, str, f"annotation {key!r}")
+    for optional, kind in (("mounts", list), ("hooks", dict), ("linux", dict)):
+        if optional in config:
+            _expect(config[optional], kind, optional)
+
+
+def load(bundle_dir: str) -> Bundle:
+    path = Path(os.path.abspath(bundle_dir))
+    if not path.is_dir():
+        raise BundleError(f"bundle {path} is not a directory")
+    config_path = path / "config.json"
+    try:
+        with open(config_path, "rb") as config_file:
+            raw = config_file.read(MAX_CONFIG_BYTES + 1)
+    except FileNotFoundError:
+        raise BundleError(f"bundle {path} has no config.json") from None
+    except OSError as err:
+        raise BundleError(f"cannot read {config_path}: {err.strerror}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise BundleError(f"{config_path} is larger than {MAX_CONFIG_BYTES // 2**20} MiB")
+    try:
+        config = json.loads(raw)
+    except json.JSONDecodeError as err:
+        raise BundleError(f"{config_path} is not valid JSON: {err.msg} at line {err.lineno}") from None
+    except (RecursionError, UnicodeDecodeError):
+        raise BundleError(f"{config_path} is not valid JSON: too deeply nested or not UTF-8") from None
+    _check(config)
+    return Bundle(path, config)

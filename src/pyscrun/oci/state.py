@@ -1,0 +1,89 @@
+"""The container state the anchor persists, and the OCI state document made from it."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pyscrun import OCI_VERSION
+
+CREATING, CREATED, RUNNING, STOPPED = "creating", "created", "running", "stopped"
+
+
+@dataclass
+class ContainerState:
+    id: str
+    bundle: str
+    status: str = CREATING
+    pid: int = 0  # the anchor's pid: conmon waits on it, so it stands for the container
+    pid_start: int = 0  # start time of that pid (clock ticks), to tell a reused pid apart
+    created: str = ""
+    annotations: dict[str, str] = field(default_factory=dict)
+    rootfs: str = ""
+    owner: str = ""
+    exit_status: int | None = None
+    backend: str = "local"
+    job_id: str = ""
+    job_owned: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ContainerState:
+        known = {name: data[name] for name in cls.__dataclass_fields__ if name in data}
+        return cls(**known)
+
+    def effective_status(self) -> str:
+        """The status as the world sees it: an anchor that died means stopped."""
+        if self.status != STOPPED and not process_alive(self.pid, self.pid_start):
+            return STOPPED
+        return self.status
+
+    def oci_document(self) -> dict[str, Any]:
+        status = self.effective_status()
+        document: dict[str, Any] = {
+            "ociVersion": OCI_VERSION,
+            "id": self.id,
+            "status": status,
+            "pid": self.pid if status in (CREATED, RUNNING) else 0,
+            "bundle": self.bundle,
+            "rootfs": self.rootfs,
+            "created": self.created,
+            "owner": self.owner,
+            "annotations": self.annotations,
+        }
+        if self.job_id:
+            document["jobId"] = self.job_id
+        if status == STOPPED and self.exit_status is not None:
+            document["exitStatus"] = self.exit_status
+        return document
+
+
+def _proc_stat(pid: int) -> tuple[bytes, int] | None:
+    """(state letter, start time in clock ticks) of a process, None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            raw = stat.read()
+    except OSError:
+        return None
+    # The command name may hold spaces and parentheses: split after the last ')'.
+    fields = raw[raw.rindex(b")") + 2:].split()
+    return fields[0], int(fields[19])
+
+
+def process_start_time(pid: int) -> int:
+    stat = _proc_stat(pid)
+    return stat[1] if stat else 0
+
+
+def process_alive(pid: int, start_time: int) -> bool:
+    """True if pid runs and is the process that started at start_time (0: any)."""
+    if pid <= 0:
+        return False
+    stat = _proc_stat(pid)
+    # A zombie has exited; its parent (conmon) just has not reaped it yet.
+    if stat is None or stat[0] in (b"Z", b"X"):
+        return False
+    return start_time in (0, stat[1])
