@@ -30,12 +30,16 @@ debian_release() {
     esac
 }
 
-# pids of the daemons above, one per line (empty when none).
+# pids of the daemons above, one per line, sorted as text for comm(1).
+# Reads /proc directly: procps (pgrep) may not be installed yet.
 daemon_pids() {
-    local d
-    for d in "${DAEMONS[@]}"; do
-        pgrep -x "$d" || true
-    done | sort -n
+    local p c d
+    for p in /proc/[0-9]*; do
+        c="$(cat "$p/comm" 2>/dev/null)" || continue
+        for d in "${DAEMONS[@]}"; do
+            [[ $c == "$d" ]] && echo "${p#/proc/}"
+        done
+    done | sort
 }
 
 install_packages() {

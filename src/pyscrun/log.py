@@ -11,7 +11,7 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import TextIO
+from typing import IO
 
 from pyscrun.errors import UsageError
 
@@ -42,8 +42,8 @@ class Logger:
     file_path: str | None = None
     file_format: str = "text"
     prefix: str = "scrun"
-    stderr: TextIO | None = field(default_factory=lambda: sys.stderr)
-    _file: TextIO | None = None
+    stderr: IO[str] | None = field(default_factory=lambda: sys.stderr)
+    _file: IO[str] | None = None
 
     def log(self, level: int, msg: str) -> None:
         if level <= self.stderr_level and self.stderr is not None:
@@ -60,6 +60,7 @@ class Logger:
             syslog.syslog(syslog.LOG_ERR if level <= ERROR else syslog.LOG_INFO, msg)
 
     def _write_file(self, level: int, msg: str) -> None:
+        assert self.file_path is not None
         now = time.time()
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1e6):06d}Z"
         if self.file_format == "json":
@@ -71,8 +72,9 @@ class Logger:
         try:
             if self._file is None:
                 self._file = open(self.file_path, "a", encoding="utf-8")  # noqa: SIM115
-            self._file.write(line + "\n")
-            self._file.flush()
+            file = self._file
+            file.write(line + "\n")
+            file.flush()
         except OSError:
             self.file_path = None
 

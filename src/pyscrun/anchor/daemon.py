@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from pyscrun import backends, log
-from pyscrun.anchor import console, protocol
+from pyscrun.anchor import console, jobenv, protocol
 from pyscrun.anchor.store import Store, write_atomic
 from pyscrun.backends.base import Allocation, LaunchRequest, Step
+from pyscrun.conf import scrun_env
 from pyscrun.conf.site import Site
 from pyscrun.errors import InvalidState, ScrunError
 from pyscrun.oci.bundle import Bundle
@@ -41,6 +42,8 @@ class CreateRequest:
     pid_file: str | None
     environ: dict[str, str]
     job_options: dict[str, str] = field(default_factory=dict)
+    log_file: str | None = None
+    log_format: str = "text"
 
 
 class _Client:
@@ -88,8 +91,13 @@ class Anchor:
                 self.request.console_socket,
                 self.request.bundle.config["process"].get("consoleSize"),
             )
+        environ = dict(self.request.environ)
+        # podman run -e SLURM_JOB_ID=N runs the container in that existing job.
+        for entry in self.request.bundle.env:
+            if entry.startswith("SLURM_JOB_ID="):
+                environ["SLURM_JOB_ID"] = entry.partition("=")[2]
         self.allocation = self.backend.allocate(
-            self.site, self.state, self.request.job_options, self.request.environ)
+            self.site, self.state, self.request.job_options, environ)
         self.state.job_id = self.allocation.job_id
         self.state.job_owned = self.allocation.owned
         self.state.status = CREATED
@@ -102,7 +110,7 @@ class Anchor:
         _install_signal_relay(self.selector)
         try:
             self._setup()
-        except BaseException as err:  # noqa: BLE001 - every failure must reach create
+        except BaseException as err:
             message = str(err) if isinstance(err, ScrunError | OSError) else repr(err)
             log.current.error(f"create failed: {message}")
             self._release()
@@ -230,9 +238,11 @@ class Anchor:
                 "PYSCRUN_AGENT_SOCKET": str(self.store.socket_path(self.state.id)),
                 "PYSCRUN_AGENT_TOKEN": self.token,
                 "PYSCRUN_AGENT_JOB_ID": self.allocation.job_id,
+                "PYSCRUN_AGENT_OWN_JOB": "1" if self.allocation.owned else "",
             },
-            job_env=self.allocation.env,
+            job_env={**self._output_env(), **self.allocation.env},
             terminal_fd=self.terminal_fd,
+            step_args=scrun_env.arguments(self.request.job_options, scrun_env.STEP),
         )
         try:
             self.step = self.backend.launch(self.site, self.allocation, request)
@@ -246,6 +256,18 @@ class Anchor:
         if self.terminal_fd is not None:
             os.close(self.terminal_fd)
             self.terminal_fd = None
+
+    def _output_env(self) -> dict[str, str]:
+        request, state = self.request, self.state
+        return jobenv.output_env(
+            container_id=state.id, anchor_pid=state.pid, bundle=state.bundle,
+            submission_bundle=str(request.bundle.path), annotations=state.annotations,
+            pid_file=request.pid_file, socket=str(self.store.socket_path(state.id)),
+            spool_dir=str(self.store.spool_dir(state.id)),
+            config_file=str(request.bundle.config_path), root=str(self.store.root),
+            rootfs=state.rootfs, submission_rootfs=str(request.bundle.rootfs),
+            log_file=request.log_file, log_format=request.log_format,
+        )
 
     def _kill(self, signum: int) -> None:
         status = self.state.status

@@ -24,7 +24,7 @@ class LaunchRequest:
     agent_env: dict[str, str]
     job_env: dict[str, str]
     terminal_fd: int | None  # pty slave for a terminal container, else None
-    ntasks: int = 1
+    step_args: list[str] = field(default_factory=list)  # scheduler options for the step
 
 
 @dataclass

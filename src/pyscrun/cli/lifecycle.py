@@ -39,7 +39,8 @@ def _create(ctx: Context) -> tuple[Store, str, int]:
     try:
         pid = start_anchor(
             CreateRequest(container_id, bundle, store, the_site, console_socket,
-                          ctx.option("pid_file"), ctx.environ, job_options),
+                          ctx.option("pid_file"), ctx.environ, job_options,
+                          ctx.option("log"), ctx.option("log_format") or "text"),
             keep_fds=tuple(range(3, 3 + int(preserve))),
         )
     except BaseException:

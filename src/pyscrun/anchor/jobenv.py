@@ -1,0 +1,54 @@
+"""The output variables of the man page, which the job (stage-in, node agents) sees."""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+import re
+
+from pyscrun import OCI_VERSION
+
+
+def _name(lookup: str, number: int) -> str:
+    try:
+        if lookup == "user":
+            return pwd.getpwuid(number).pw_name
+        return grp.getgrgid(number).gr_name
+    except KeyError:
+        return str(number)
+
+
+def output_env(
+    *, container_id: str, anchor_pid: int, bundle: str, submission_bundle: str,
+    annotations: dict[str, str], pid_file: str | None, socket: str, spool_dir: str,
+    config_file: str, root: str, rootfs: str, submission_rootfs: str,
+    log_file: str | None, log_format: str,
+) -> dict[str, str]:
+    uid, gid = os.getuid(), os.getgid()
+    env = {
+        "SCRUN_OCI_VERSION": OCI_VERSION,
+        "SCRUN_CONTAINER_ID": container_id,
+        "SCRUN_PID": str(anchor_pid),
+        "SCRUN_BUNDLE": bundle,
+        "SCRUN_SUBMISSION_BUNDLE": submission_bundle,
+        "SCRUN_PID_FILE": pid_file or "",
+        "SCRUN_SOCKET": socket,
+        "SCRUN_SPOOL_DIR": spool_dir,
+        "SCRUN_SUBMISSION_CONFIG_FILE": config_file,
+        "SCRUN_USER": _name("user", uid),
+        "SCRUN_USER_ID": str(uid),
+        "SCRUN_GROUP": _name("group", gid),
+        "SCRUN_GROUP_ID": str(gid),
+        "SCRUN_ROOT": root,
+        "SCRUN_ROOTFS_PATH": rootfs,
+        "SCRUN_SUBMISSION_ROOTFS_PATH": submission_rootfs,
+        "SCRUN_LOG_FILE": log_file or "",
+        "SCRUN_LOG_FORMAT": log_format,
+        "SLURM_CONTAINER": bundle,
+        "SLURM_CONTAINER_ID": container_id,
+    }
+    for key, value in annotations.items():
+        # Environment names cannot hold dots or dashes: org.foo-bar -> ORG_FOO_BAR.
+        env["SCRUN_ANNOTATION_" + re.sub(r"[^A-Za-z0-9_]", "_", key).upper()] = value
+    return env

@@ -1,0 +1,119 @@
+"""The Slurm backend: salloc for the job, srun for the node agents, scancel to end it.
+
+Only command-line interfaces that Slurm 22.05 and 24.11 share are used, and their
+output is parsed here alone.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+from pyscrun import log
+from pyscrun.anchor.console import make_controlling_terminal
+from pyscrun.backends.base import Allocation, LaunchRequest, Step
+from pyscrun.conf import scrun_env
+from pyscrun.conf.site import Site
+from pyscrun.errors import BackendError
+from pyscrun.oci.state import ContainerState
+
+_GRANTED = re.compile(r"Granted job allocation (\d+)")
+# salloc waits in the queue for as long as the job waits; podman allows create ~240 s.
+SALLOC_TIMEOUT = 3600.0
+
+
+def _env(site: Site, extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env["SLURM_CONF"] = str(site.slurm_conf)
+    env.update(extra or {})
+    return env
+
+
+def _slurm_error(stderr: str, fallback: str) -> str:
+    """The most telling line of a Slurm command's stderr, as one line."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower()]
+    chosen = (errors or lines or [fallback])[-1]
+    return chosen.removeprefix("salloc: ").removeprefix("srun: ")
+
+
+def run_command(site: Site, argv: list[str], timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    log.current.debug(f"slurm: {' '.join(argv)}")
+    try:
+        return subprocess.run(argv, env=_env(site), capture_output=True, text=True,
+                              timeout=timeout, stdin=subprocess.DEVNULL, check=False)
+    except FileNotFoundError:
+        raise BackendError(f"{argv[0]} not found: install slurm-client") from None
+    except subprocess.TimeoutExpired:
+        raise BackendError(f"{argv[0]} did not finish within {timeout:.0f} s") from None
+
+
+class SlurmBackend:
+    name = "slurm"
+
+    def allocate(self, site: Site, state: ContainerState, options: dict[str, str],
+                 environ: dict[str, str]) -> Allocation:
+        given = environ.get("SLURM_JOB_ID")
+        if given:
+            return Allocation(job_id=given, nodes=[], owned=False,
+                              env={"SLURM_JOB_ID": given})
+        job_name = options.get("SCRUN_JOB_NAME", "scrun")
+        argv = ["salloc", "--no-shell", f"--job-name={job_name}",
+                f"--comment=scrun container {state.id}"]
+        argv += [a for a in scrun_env.arguments(options, scrun_env.ALLOC)
+                 if not a.startswith("--job-name=")]
+        done = run_command(site, argv, SALLOC_TIMEOUT)
+        granted = _GRANTED.search(done.stderr)
+        if done.returncode != 0 or not granted:
+            if granted:
+                self._cancel(site, granted.group(1))
+            raise BackendError(f"job allocation failed: {_slurm_error(done.stderr, 'salloc failed')}")
+        job_id = granted.group(1)
+        log.current.info(f"container {state.id}: job {job_id} allocated")
+        return Allocation(job_id=job_id, nodes=[], owned=True, env={"SLURM_JOB_ID": job_id})
+
+    def launch(self, site: Site, allocation: Allocation, request: LaunchRequest) -> Step:
+        srun = site.oci.SrunPath or "srun"
+        argv = [srun, f"--jobid={allocation.job_id}", "--job-name=scrun", "--export=ALL",
+                "--kill-on-bad-exit=0"]
+        if request.terminal_fd is not None:
+            argv.append("--pty")
+        argv += list(site.oci.SrunArgs)
+        argv += request.step_args
+        argv += ["--", sys.executable, "-m", "pyscrun.node"]
+        env = _env(site, {**request.job_env, **request.agent_env})
+        # The allocation's own variables must not leak in from the caller.
+        env.pop("SLURM_JOBID", None)
+        env.pop("SLURM_STEP_ID", None)
+        log.current.debug(f"slurm: {' '.join(argv)}")
+        if shutil.which(srun, path=env.get("PATH")) is None:
+            raise BackendError(f"{srun} not found: install slurm-client")
+        # fork and exec rather than subprocess: the anchor reaps the step itself.
+        pid = os.fork()
+        if pid:
+            return Step(pid)
+        try:
+            if request.terminal_fd is not None:
+                make_controlling_terminal(request.terminal_fd)
+            else:
+                os.setsid()
+            os.execvpe(argv[0], argv, env)
+        finally:
+            os._exit(127)
+
+    def release(self, site: Site, allocation: Allocation) -> None:
+        if allocation.owned:
+            self._cancel(site, allocation.job_id)
+
+    def cleanup_orphan(self, site: Site, state: ContainerState) -> None:
+        if state.job_owned and state.job_id:
+            self._cancel(site, state.job_id)
+
+    def _cancel(self, site: Site, job_id: str) -> None:
+        done = run_command(site, ["scancel", job_id])
+        if done.returncode != 0 and "already completed" not in done.stderr:
+            raise BackendError(f"scancel {job_id}: {_slurm_error(done.stderr, 'failed')}")
+

@@ -1,0 +1,179 @@
+"""Shared pieces of the integration tests: the real podman, runc and scrun, and leak checks.
+
+Nothing here fakes a component. A missing one fails the test with what to install.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRUN = Path(sys.executable).parent / "scrun"
+TEST_HOME = Path(os.environ.get("PYSCRUN_TEST_HOME", "/var/tmp/pyscrun-test"))
+IMAGE = "localhost/pyscrun-test:latest"
+TASKS_DIR = Path("/run/pyscrun/tasks")
+
+CREATE_START_OCI_CONF = """\
+# create/start mode with runc
+RunTimeQuery="runc state %n.%u.%j.%s.%t"
+RunTimeCreate="runc create --bundle %b %n.%u.%j.%s.%t"
+RunTimeStart="runc start %n.%u.%j.%s.%t"
+RunTimeKill="runc kill -a %n.%u.%j.%s.%t"
+RunTimeDelete="runc delete --force %n.%u.%j.%s.%t"
+"""
+RUN_OCI_CONF = """\
+# run mode with runc, as Slurm's oci.conf example
+RunTimeQuery="runc state %n.%u.%j.%s.%t"
+RunTimeKill="runc kill -a %n.%u.%j.%s.%t"
+RunTimeDelete="runc delete --force %n.%u.%j.%s.%t"
+RunTimeRun="runc run %n.%u.%j.%s.%t -b %b"
+"""
+OCI_CONFS = {"run": RUN_OCI_CONF, "create-start": CREATE_START_OCI_CONF}
+
+
+def require(binary: str, package: str) -> str:
+    path = shutil.which(binary)
+    if path is None:
+        pytest.fail(f"{binary} is missing: install it with `make setup` (apt package {package})")
+    return path
+
+
+@dataclass
+class Runtime:
+    """A scrun set up for one test: its own --root, config dir and podman wrapper."""
+
+    root: Path
+    conf_dir: Path
+    wrapper: Path
+
+    @property
+    def slurm_conf(self) -> Path:
+        return self.conf_dir / "slurm.conf"
+
+    def scrun(self, *args: str, input: bytes | None = None, timeout: float = 60,
+              env: dict[str, str] | None = None, cwd: Path | None = None,
+              ) -> subprocess.CompletedProcess[str]:
+        """Run scrun. Its output goes to files, not pipes: after create, the anchor
+        holds the caller's stdio for the container, as runc's create does."""
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            done = subprocess.run(
+                [str(self.wrapper), *args], input=input, stdout=out, stderr=err,
+                stdin=None if input is not None else subprocess.DEVNULL,
+                timeout=timeout, env=env, cwd=cwd, check=False,
+            )
+            out.seek(0)
+            err.seek(0)
+            return subprocess.CompletedProcess(
+                done.args, done.returncode, out.read().decode(), err.read().decode())
+
+
+def make_runtime(base: Path, oci_conf: str | None, extra_files: dict[str, str] | None = None,
+                 ) -> Runtime:
+    root = base / "root"
+    conf_dir = base / "etc"
+    conf_dir.mkdir(parents=True, exist_ok=True)
+    if oci_conf is not None:
+        (conf_dir / "oci.conf").write_text(oci_conf)
+    for name, text in (extra_files or {}).items():
+        (conf_dir / name).write_text(text)
+    wrapper = base / "scrun"
+    wrapper.write_text(
+        f"#!/bin/sh\nexec {SCRUN} --root {root} -f {conf_dir / 'slurm.conf'} \"$@\"\n")
+    wrapper.chmod(0o755)
+    return Runtime(root, conf_dir, wrapper)
+
+
+def podman_env() -> dict[str, str]:
+    env_file = TEST_HOME / "env.sh"
+    if not env_file.exists():
+        pytest.fail(f"{env_file} is missing: run `make setup` to configure the test podman")
+    env = dict(os.environ)
+    for line in env_file.read_text().splitlines():
+        if line.startswith("export "):
+            key, _, value = line[len("export "):].partition("=")
+            env[key] = value.strip('"')
+    return env
+
+
+def podman(runtime: Runtime, *args: str, input: bytes | None = None, timeout: float = 120,
+           ) -> subprocess.CompletedProcess[bytes]:
+    require("podman", "podman")
+    return subprocess.run(
+        ["podman", "--runtime", str(runtime.wrapper), *args], input=input,
+        capture_output=True, timeout=timeout, env=podman_env(), check=False,
+    )
+
+
+def processes_mentioning(text: str) -> list[str]:
+    """Command lines of live processes that mention text (zombies excluded)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if text in cmdline and state not in ("Z", "X"):
+            found.append(f"{entry.name}: {cmdline.strip()}")
+    return found
+
+
+def runc_containers() -> list[str]:
+    done = subprocess.run(["runc", "list", "-q"], capture_output=True, text=True, check=False)
+    return done.stdout.split()
+
+
+def assert_no_leaks(runtime: Runtime, marker: str, timeout: float = 10.0) -> None:
+    """Nothing of the test is left: process, spool dir, runc state or task dir."""
+    deadline = time.monotonic() + timeout
+    while True:
+        leaks = processes_mentioning(marker)
+        spool = sorted(p.name for p in runtime.root.iterdir()) if runtime.root.exists() else []
+        tasks = sorted(p.name for p in TASKS_DIR.glob("oci-joblocal*"))
+        ours = [c for c in runc_containers() if ".local" in c]
+        if not leaks and not spool and not ours and not tasks:
+            break
+        if time.monotonic() > deadline:
+            pytest.fail(f"left behind: processes={leaks} spool={spool} runc={ours} tasks={tasks}")
+        time.sleep(0.2)
+
+
+def wait_for(predicate: object, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.1)
+
+
+def make_bundle(base: Path, args: Sequence[str], terminal: bool = False) -> Path:
+    """An OCI bundle with a busybox rootfs, made with the real `runc spec`."""
+    require("runc", "runc")
+    busybox = require("busybox", "busybox-static")
+    bundle = base / "bundle"
+    rootfs = bundle / "rootfs"
+    for sub in ("bin", "proc", "sys", "dev", "tmp", "etc"):
+        (rootfs / sub).mkdir(parents=True, exist_ok=True)
+    shutil.copy(busybox, rootfs / "bin" / "busybox")
+    for applet in ("sh", "echo", "cat", "sleep", "true", "env", "hostname", "stty", "ls"):
+        (rootfs / "bin" / applet).symlink_to("busybox")
+    subprocess.run(["runc", "spec"], cwd=bundle, check=True)
+    config = json.loads((bundle / "config.json").read_text())
+    config["process"]["args"] = list(args)
+    config["process"]["terminal"] = terminal
+    config["root"]["readonly"] = False
+    (bundle / "config.json").write_text(json.dumps(config))
+    return bundle

@@ -1,0 +1,121 @@
+"""Bad input: one clear line on stderr, a non-zero exit, and nothing left behind."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.integration.harness import (
+    RUN_OCI_CONF,
+    Runtime,
+    assert_no_leaks,
+    make_bundle,
+    make_runtime,
+)
+
+
+def _assert_clean_failure(runtime: Runtime, done: object, expect: str, marker: str) -> None:
+    assert done.returncode != 0  # type: ignore[attr-defined]
+    lines = done.stderr.strip().splitlines()  # type: ignore[attr-defined]
+    assert len(lines) == 1, lines
+    assert expect in lines[0]
+    assert_no_leaks(runtime, marker)
+
+
+@pytest.fixture
+def runtime(tmp_path: Path) -> Runtime:
+    return make_runtime(tmp_path, RUN_OCI_CONF)
+
+
+def test_missing_bundle(runtime: Runtime, tmp_path: Path) -> None:
+    done = runtime.scrun("create", "-b", str(tmp_path / "nowhere"), "x")
+    _assert_clean_failure(runtime, done, "is not a directory", str(tmp_path))
+
+
+@pytest.mark.parametrize(("content", "expect"), [
+    ("", "not valid JSON"),
+    ("{not json", "not valid JSON"),
+    ("[1, 2]", "must be dict"),
+    ('{"process": {"args": "sh"}}', "process.args must be list"),
+    ('{"process": {"cwd": "/"}}', "process.args is missing"),
+    ('{"process": {"args": ["sh"], "env": [1]}}', "process.env must be str"),
+    ("[" * 100000 + "]" * 100000, "not valid JSON"),
+])
+def test_malformed_config(runtime: Runtime, tmp_path: Path, content: str, expect: str) -> None:
+    bundle = make_bundle(tmp_path, ["true"])
+    (bundle / "config.json").write_text(content)
+    done = runtime.scrun("create", "-b", str(bundle), "x")
+    _assert_clean_failure(runtime, done, expect, str(tmp_path))
+
+
+def test_huge_config(runtime: Runtime, tmp_path: Path) -> None:
+    bundle = make_bundle(tmp_path, ["true"])
+    config = json.loads((bundle / "config.json").read_text())
+    config["annotations"] = {"big": "x" * (100 * 2**20)}
+    (bundle / "config.json").write_text(json.dumps(config))
+    done = runtime.scrun("create", "-b", str(bundle), "x")
+    _assert_clean_failure(runtime, done, "larger than", str(tmp_path))
+
+
+@pytest.mark.parametrize("bad_id", ["a/b", "..", ".", "x" * 1025, "new\nline", "", "a b"])
+def test_bad_ids(runtime: Runtime, tmp_path: Path, bad_id: str) -> None:
+    bundle = make_bundle(tmp_path, ["true"])
+    done = runtime.scrun("create", "-b", str(bundle), "--", bad_id)
+    _assert_clean_failure(runtime, done, "container id", str(tmp_path))
+
+
+def test_long_id_within_limit_works(runtime: Runtime, tmp_path: Path) -> None:
+    bundle = make_bundle(tmp_path, ["sh", "-c", "exit 6"])
+    long_id = "L" * 1024
+    done = runtime.scrun("run", "-b", str(bundle), long_id)
+    assert done.returncode == 6, done.stderr
+    assert_no_leaks(runtime, str(tmp_path))
+
+
+@pytest.mark.parametrize("verb", [["start"], ["state"], ["kill"], ["kill", "--all"],
+                                  ["delete"], ["delete", "--force"]])
+def test_unknown_id_for_every_verb(runtime: Runtime, tmp_path: Path, verb: list[str]) -> None:
+    done = runtime.scrun(*verb, "ghost")
+    _assert_clean_failure(runtime, done, "does not exist", str(tmp_path))
+
+
+@pytest.mark.parametrize(("conf", "expect"), [
+    ("Bogus=1\n", "unknown directive 'Bogus'"),
+    ('RunTimeRun="runc run %q"\nRunTimeKill=k\nRunTimeDelete=d\n', "unknown pattern %q"),
+    ('RunTimeRun="runc run %"\nRunTimeKill=k\nRunTimeDelete=d\n', "trailing %"),
+    ('RunTimeRun=r\nRunTimeCreate=c\nRunTimeKill=k\nRunTimeDelete=d\n', "cannot be combined"),
+    ('RunTimeCreate=c\nRunTimeStart=s\nRunTimeKill=k\nRunTimeDelete=d\n', "needs RunTimeQuery"),
+    ('RunTimeRun=r\n', "needs RunTimeKill, RunTimeDelete"),
+    ('EnvExclude="(unclosed"\nRunTimeRun=r\nRunTimeKill=k\nRunTimeDelete=d\n',
+     "invalid regular expression"),
+    ('IgnoreFileConfigJson=true\nRunTimeCreate=c\nRunTimeStart=s\nRunTimeQuery=q\n'
+     'RunTimeKill=k\nRunTimeDelete=d\n', "IgnoreFileConfigJson"),
+    ("DebugFlags\n", "expected Key=Value"),
+])
+def test_bad_oci_conf(tmp_path: Path, conf: str, expect: str) -> None:
+    runtime = make_runtime(tmp_path, conf)
+    bundle = make_bundle(tmp_path, ["true"])
+    done = runtime.scrun("create", "-b", str(bundle), "x")
+    _assert_clean_failure(runtime, done, expect, str(tmp_path))
+    assert "oci.conf" in done.stderr
+
+
+def test_unknown_verb_and_flag(runtime: Runtime, tmp_path: Path) -> None:
+    _assert_clean_failure(runtime, runtime.scrun("frobnicate"), "no such command", str(tmp_path))
+    _assert_clean_failure(runtime, runtime.scrun("state", "--bogus", "x"), "not defined",
+                          str(tmp_path))
+
+
+@pytest.mark.parametrize("verb", ["exec", "pause", "resume", "checkpoint", "restore", "ps",
+                                  "update", "events"])
+def test_verbs_not_built_yet_say_so(runtime: Runtime, tmp_path: Path, verb: str) -> None:
+    done = runtime.scrun(verb, "--help")
+    _assert_clean_failure(runtime, done, "not supported yet", str(tmp_path))
+
+
+def test_terminal_without_console_socket(runtime: Runtime, tmp_path: Path) -> None:
+    bundle = make_bundle(tmp_path, ["sh"], terminal=True)
+    done = runtime.scrun("create", "-b", str(bundle), "x")
+    _assert_clean_failure(runtime, done, "console-socket", str(tmp_path))

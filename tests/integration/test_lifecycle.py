@@ -1,0 +1,119 @@
+"""The OCI lifecycle through scrun's own command line, with real runc underneath."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+from tests.integration.harness import Runtime, make_bundle, processes_mentioning, wait_for
+
+
+def _state(runtime: Runtime, container_id: str) -> dict[str, object]:
+    done = runtime.scrun("state", container_id)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
+def test_create_start_kill_delete(local_runtime: Runtime, tmp_path: Path) -> None:
+    bundle = make_bundle(tmp_path, ["sh", "-c", "trap 'exit 9' TERM; while true; do sleep 0.1; done"])
+    pid_file = tmp_path / "pid"
+    done = local_runtime.scrun("create", "--bundle", str(bundle), "--pid-file", str(pid_file), "c1")
+    assert done.returncode == 0, done.stderr
+    state = _state(local_runtime, "c1")
+    assert state["status"] == "created"
+    assert state["id"] == "c1"
+    assert state["bundle"] == str(bundle)
+    assert isinstance(state["pid"], int) and state["pid"] > 0
+    assert pid_file.read_text() == str(state["pid"])  # no trailing newline
+
+    assert local_runtime.scrun("start", "c1").returncode == 0
+    assert _state(local_runtime, "c1")["status"] == "running"
+    again = local_runtime.scrun("start", "c1")
+    assert again.returncode != 0 and "running" in again.stderr
+
+    refused = local_runtime.scrun("delete", "c1")
+    assert refused.returncode != 0
+    assert "running" in refused.stderr
+
+    assert local_runtime.scrun("kill", "c1", "TERM").returncode == 0
+    wait_for(lambda: _state(local_runtime, "c1")["status"] == "stopped", 10, "stopped")
+    assert _state(local_runtime, "c1").get("exitStatus") == 9
+
+    assert local_runtime.scrun("delete", "c1").returncode == 0
+    gone = local_runtime.scrun("state", "c1")
+    assert gone.returncode != 0
+    assert "does not exist" in gone.stderr
+
+
+def test_duplicate_id_is_refused_and_leaves_the_first(local_runtime: Runtime, tmp_path: Path) -> None:
+    bundle = make_bundle(tmp_path, ["sleep", "100"])
+    assert local_runtime.scrun("create", "-b", str(bundle), "dup").returncode == 0
+    second = local_runtime.scrun("create", "-b", str(bundle), "dup")
+    assert second.returncode != 0
+    assert "already exists" in second.stderr
+    assert _state(local_runtime, "dup")["status"] == "created"
+    assert local_runtime.scrun("delete", "--force", "dup").returncode == 0
+
+
+def test_kill_of_created_container_stops_it(local_runtime: Runtime, tmp_path: Path) -> None:
+    bundle = make_bundle(tmp_path, ["sleep", "100"])
+    assert local_runtime.scrun("create", "-b", str(bundle), "k1").returncode == 0
+    assert local_runtime.scrun("kill", "k1", "KILL").returncode == 0
+    wait_for(lambda: _state(local_runtime, "k1")["status"] == "stopped", 10, "stopped")
+    assert local_runtime.scrun("delete", "k1").returncode == 0
+
+
+def test_state_says_stopped_after_the_anchor_crashes(local_runtime: Runtime, tmp_path: Path) -> None:
+    bundle = make_bundle(tmp_path, ["sleep", "1000"])
+    assert local_runtime.scrun("create", "-b", str(bundle), "crash").returncode == 0
+    assert local_runtime.scrun("start", "crash").returncode == 0
+    anchor = int(_state(local_runtime, "crash")["pid"])  # type: ignore[call-overload]
+    os.kill(anchor, signal.SIGKILL)
+    wait_for(lambda: _state(local_runtime, "crash")["status"] == "stopped", 10, "stopped")
+    # The node agent notices its anchor is gone and ends the container.
+    wait_for(lambda: not processes_mentioning("sleep 1000"), 10, "the container to end")
+    assert local_runtime.scrun("delete", "crash").returncode == 0
+
+
+def test_run_verb_returns_exit_code(local_runtime: Runtime, tmp_path: Path) -> None:
+    bundle = make_bundle(tmp_path, ["sh", "-c", "echo out; exit 4"])
+    done = local_runtime.scrun("run", "-b", str(bundle), "r1")
+    assert done.returncode == 4
+    assert done.stdout == "out\n"
+
+
+def test_kill_accepts_names_and_numbers(local_runtime: Runtime, tmp_path: Path) -> None:
+    bundle = make_bundle(tmp_path, ["sh", "-c", "trap 'exit 10' USR1; while true; do sleep 0.1; done"])
+    assert local_runtime.scrun("create", "-b", str(bundle), "sig").returncode == 0
+    assert local_runtime.scrun("start", "sig").returncode == 0
+    assert local_runtime.scrun("kill", "sig", "BOGUS").returncode != 0
+    assert local_runtime.scrun("kill", "sig", str(int(signal.SIGUSR1))).returncode == 0
+    wait_for(lambda: _state(local_runtime, "sig")["status"] == "stopped", 10, "stopped")
+    assert _state(local_runtime, "sig")["exitStatus"] == 10
+    assert local_runtime.scrun("delete", "sig").returncode == 0
+
+
+def test_list_and_features(local_runtime: Runtime, tmp_path: Path) -> None:
+    bundle = make_bundle(tmp_path, ["sleep", "100"])
+    assert local_runtime.scrun("create", "-b", str(bundle), "l1").returncode == 0
+    listed = json.loads(local_runtime.scrun("list", "--format", "json").stdout)
+    assert [c["id"] for c in listed] == ["l1"]
+    assert local_runtime.scrun("list", "-q").stdout.split() == ["l1"]
+    features = json.loads(local_runtime.scrun("features").stdout)
+    assert features["ociVersionMax"].startswith("1.")
+    assert local_runtime.scrun("delete", "-f", "l1").returncode == 0
+
+
+def test_json_log_is_written_for_conmon(local_runtime: Runtime, tmp_path: Path) -> None:
+    log = tmp_path / "log.json"
+    done = local_runtime.scrun("--log-format=json", "--log", str(log), "state", "nope")
+    assert done.returncode == 1
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert lines[-1]["level"] == "error"
+    assert "does not exist" in lines[-1]["msg"]
+    text_log = tmp_path / "log.txt"
+    assert local_runtime.scrun("--log-format", "text", "--log", str(text_log),
+                               "state", "nope").returncode == 1
+    assert "does not exist" in text_log.read_text()

@@ -1,0 +1,139 @@
+"""podman drives scrun on the local backend, in both oci.conf modes, end to end."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.integration.harness import IMAGE, Runtime, podman, podman_env, require
+
+
+def test_echo_prints_output(local_runtime: Runtime) -> None:
+    done = podman(local_runtime, "run", "--rm", IMAGE, "echo", "hi")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == b"hi\n"
+
+
+def test_exit_code_reaches_podman(local_runtime: Runtime) -> None:
+    done = podman(local_runtime, "run", "--rm", IMAGE, "sh", "-c", "exit 3")
+    assert done.returncode == 3, done.stderr
+
+
+def test_stdin_reaches_container(local_runtime: Runtime) -> None:
+    done = podman(local_runtime, "run", "-i", "--rm", IMAGE, "cat", input=b"data\n")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == b"data\n"
+
+
+def test_relative_command_resolved_inside_container(local_runtime: Runtime) -> None:
+    done = podman(local_runtime, "run", "--rm", IMAGE, "true")
+    assert done.returncode == 0, done.stderr
+
+
+def _run_detached(runtime: Runtime, *command: str) -> str:
+    name = f"t{uuid.uuid4().hex[:10]}"
+    done = podman(runtime, "run", "-d", "--name", name, IMAGE, *command)
+    assert done.returncode == 0, done.stderr
+    return name
+
+
+def _exit_code(runtime: Runtime, name: str) -> int:
+    done = podman(runtime, "inspect", "--format", "{{.State.ExitCode}}", name)
+    return int(done.stdout)
+
+
+def test_stop_kills_a_process_ignoring_sigterm_after_the_timeout(local_runtime: Runtime) -> None:
+    name = _run_detached(local_runtime, "sh", "-c", "trap '' TERM; while true; do sleep 1; done")
+    started = time.monotonic()
+    done = podman(local_runtime, "stop", "-t", "2", name)
+    elapsed = time.monotonic() - started
+    assert done.returncode == 0, done.stderr
+    assert 2 <= elapsed < 15
+    assert _exit_code(local_runtime, name) == 137
+    assert podman(local_runtime, "rm", name).returncode == 0
+
+
+def test_stop_of_a_shell_that_honours_sigterm_is_quick(local_runtime: Runtime) -> None:
+    name = _run_detached(local_runtime, "sh", "-c", "trap 'exit 143' TERM; while true; do sleep 0.1; done")
+    started = time.monotonic()
+    assert podman(local_runtime, "stop", "-t", "10", name).returncode == 0
+    assert time.monotonic() - started < 5
+    assert _exit_code(local_runtime, name) == 143
+    assert podman(local_runtime, "rm", name).returncode == 0
+
+
+def test_kill_ends_the_container(local_runtime: Runtime) -> None:
+    name = _run_detached(local_runtime, "sleep", "1000")
+    assert podman(local_runtime, "kill", name).returncode == 0
+    assert podman(local_runtime, "wait", name).stdout.strip() == b"137"
+    assert podman(local_runtime, "rm", name).returncode == 0
+
+
+def test_rm_force_removes_a_running_container(local_runtime: Runtime) -> None:
+    name = _run_detached(local_runtime, "sleep", "1000")
+    done = podman(local_runtime, "rm", "-f", "-t", "1", name)
+    assert done.returncode == 0, done.stderr
+    listed = podman(local_runtime, "ps", "-a", "--format", "{{.Names}}").stdout.decode()
+    assert name not in listed.split()
+
+
+def _tmux(*args: str) -> str:
+    return subprocess.run(["tmux", *args], capture_output=True, text=True, check=True).stdout
+
+
+def test_interactive_terminal_under_tmux(local_runtime: Runtime, tmp_path: Path) -> None:
+    require("tmux", "tmux")
+    session = f"pyscrun-{uuid.uuid4().hex[:8]}"
+    env = podman_env()
+    exports = " ".join(f"{k}={v}" for k, v in env.items()
+                       if k.startswith("CONTAINERS_"))
+    result = tmp_path / "result"
+    command = (f"env {exports} podman --runtime {local_runtime.wrapper} run -it --rm {IMAGE} sh;"
+               f" echo $? > {result}")
+    _tmux("new-session", "-d", "-s", session, "-x", "100", "-y", "30", command)
+    try:
+        def screen() -> str:
+            return _tmux("capture-pane", "-p", "-t", session)
+
+        deadline = time.monotonic() + 30
+        while "#" not in screen() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert "#" in screen(), f"no prompt:\n{screen()}"
+        _tmux("send-keys", "-t", session, "echo typed$((40+2)); stty size", "Enter")
+        deadline = time.monotonic() + 10
+        while "30 100" not in screen() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert "typed42" in screen()
+        assert "30 100" in screen()
+        _tmux("resize-window", "-t", session, "-x", "80", "-y", "20")
+        time.sleep(0.5)
+        _tmux("send-keys", "-t", session, "stty size", "Enter")
+        deadline = time.monotonic() + 10
+        while "20 80" not in screen() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert "20 80" in screen(), screen()
+        _tmux("send-keys", "-t", session, "exit 5", "Enter")
+        deadline = time.monotonic() + 20
+        while not result.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert result.read_text().strip() == "5"
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True, check=False)
+
+
+@pytest.mark.parametrize("count", [100])
+def test_many_sequential_runs_never_hang(default_runtime: Runtime, count: int) -> None:
+    failures = []
+    for i in range(count):
+        try:
+            done = podman(default_runtime, "run", "--rm", IMAGE, "true", timeout=60)
+        except subprocess.TimeoutExpired:
+            failures.append(f"run {i}: hung")
+            continue
+        if done.returncode != 0:
+            failures.append(f"run {i}: rc={done.returncode} {done.stderr[-300:]!r}")
+    assert failures == []

@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+import pytest
+
+from pyscrun.cli.flags import parse
+from pyscrun.cli.signals import parse_signal
+from pyscrun.errors import UsageError
+
+
+def test_conmon_style_create() -> None:
+    parsed = parse(["--log-format=json", "--log", "/x/oci-log", "create", "--bundle", "/b",
+                    "--pid-file", "/p", "abc"])
+    assert parsed.verb is not None and parsed.verb.name == "create"
+    assert parsed.options["log_format"] == "json"
+    assert parsed.options["log"] == "/x/oci-log"
+    assert parsed.options["bundle"] == "/b"
+    assert parsed.options["pid_file"] == "/p"
+    assert parsed.args == {"container-id": "abc"}
+
+
+def test_go_style_single_dash_and_ignored_flags() -> None:
+    parsed = parse(["-root", "/r", "--systemd-cgroup", "--rootless=true", "--cgroup-manager",
+                    "cgroupfs", "create", "-b=/b", "--no-pivot", "--no-new-keyring",
+                    "--preserve-fds", "2", "id"])
+    assert parsed.options["root"] == "/r"
+    assert parsed.options["bundle"] == "/b"
+    assert parsed.options["preserve_fds"] == "2"
+
+
+def test_kill_with_all_and_signal() -> None:
+    parsed = parse(["kill", "--all", "id", "KILL"])
+    assert parsed.options["all"] is True
+    assert parsed.args == {"container-id": "id", "signal": "KILL"}
+
+
+def test_verbosity_counts() -> None:
+    assert parse(["-v", "-v", "state", "x"]).options["v"] == 2
+    assert parse(["-vvv", "state", "x"]).options["v"] == 3
+
+
+@pytest.mark.parametrize("argv", [["create"], ["state", "a", "b"], ["kill", "--nope", "x"],
+                                  ["--root"], ["frob", "x"], ["delete", "--force=maybe", "x"]])
+def test_usage_errors(argv: list[str]) -> None:
+    with pytest.raises(UsageError):
+        parse(argv)
+
+
+@pytest.mark.parametrize(("text", "number"), [(None, 15), ("TERM", 15), ("SIGKILL", 9),
+                                              ("9", 9), ("usr1", 10)])
+def test_signals(text: str | None, number: int) -> None:
+    assert parse_signal(text) == number
+
+
+@pytest.mark.parametrize("text", ["0", "999", "SIGNOPE", "-1"])
+def test_bad_signals(text: str) -> None:
+    with pytest.raises(UsageError):
+        parse_signal(text)

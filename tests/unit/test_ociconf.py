@@ -1,0 +1,76 @@
+from __future__ import annotations
+
+import re
+import shlex
+
+import pytest
+
+from pyscrun.conf import keyvalue, ociconf, patterns
+from pyscrun.errors import ConfigError
+
+EXAMPLE = r'''
+# Slurm's documented run-mode example
+EnvExclude="^(SLURM_CONF|SLURM_CONF_SERVER)="
+RunTimeEnvExclude="^(SLURM_CONF|SLURM_CONF_SERVER)="
+RunTimeQuery="runc --rootless=true --root=/run/user/%U/ state %n.%u.%j.%s.%t"
+RunTimeKill="runc --rootless=true --root=/run/user/%U/ kill -a %n.%u.%j.%s.%t"
+RunTimeDelete="runc --rootless=true --root=/run/user/%U/ delete --force %n.%u.%j.%s.%t"
+RunTimeRun="runc --rootless=true --root=/run/user/%U/ run %n.%u.%j.%s.%t -b %b"
+srunargs=--mpi=none
+SrunArgs="--overlap"  # keys are case-insensitive, SrunArgs repeats
+CreateEnvFile=true
+DisableHooks=prestart,poststop
+'''
+
+
+def test_documented_example_parses() -> None:
+    conf = ociconf.parse(EXAMPLE, "oci.conf")
+    assert conf.run_mode
+    assert conf.EnvExclude is not None and conf.EnvExclude.search("SLURM_CONF=/x")
+    assert conf.SrunArgs == ("--mpi=none", "--overlap")
+    assert conf.CreateEnvFile == "null"
+    assert conf.DisableHooks == ("prestart", "poststop")
+
+
+def test_keyvalue_quotes_and_comments() -> None:
+    pairs = keyvalue.parse('A="x # y" B=z # comment\nC="q\\"uote"', "f")
+    assert pairs == [("A", "x # y", 1), ("B", "z", 1), ("C", 'q"uote', 2)]
+
+
+@pytest.mark.parametrize("text", ['A="open', "=x", "A", 'A="x"y'])
+def test_keyvalue_errors(text: str) -> None:
+    with pytest.raises(ConfigError):
+        keyvalue.parse(text, "f")
+
+
+def test_builtin_default_is_valid_run_mode() -> None:
+    assert ociconf.BUILTIN_DEFAULT.run_mode
+    for name in ociconf.RUNTIME_DIRECTIVES:
+        patterns.check(getattr(ociconf.BUILTIN_DEFAULT, name), name)
+
+
+def test_expand_quotes_every_value() -> None:
+    values = patterns.PatternValues(bundle="/b with space/$(rm -rf x)`id`'q'", job_id="7",
+                                    args=("echo", "a b", "$HOME"))
+    command = patterns.expand("run %b %j %% %@", values)
+    assert shlex.split(command) == ["run", "/b with space/$(rm -rf x)`id`'q'", "7", "%",
+                                    "echo", "a b", "$HOME"]
+
+
+def test_every_documented_pattern_is_known() -> None:
+    for letter in "bejmnprstuU@%":
+        patterns.check(f"x %{letter} y", "t")
+
+
+def test_create_env_file_values() -> None:
+    base = 'RunTimeRun=r\nRunTimeKill=k\nRunTimeDelete=d\n'
+    for value, mode in (("null", "null"), ("newline", "newline"), ("disabled", "disabled"),
+                        ("false", "disabled")):
+        assert ociconf.parse(base + f"CreateEnvFile={value}\n", "f").CreateEnvFile == mode
+    with pytest.raises(ConfigError, match="CreateEnvFile"):
+        ociconf.parse(base + "CreateEnvFile=maybe\n", "f")
+
+
+def test_error_names_file_and_line() -> None:
+    with pytest.raises(ConfigError, match=re.escape("oci.conf:3: unknown directive 'Nope'")):
+        ociconf.parse("RunTimeRun=r\nRunTimeKill=k\nNope=1\n", "oci.conf")
