@@ -67,6 +67,7 @@ class Anchor:
         self.terminal_fd: int | None = None
         self.agents: list[_Client] = []
         self.pending_kills: list[int] = []
+        self.reported: list[int] = []
         self.kill_deadline: float | None = None
         self.exit_status: int | None = None
         bundle = request.bundle
@@ -148,7 +149,9 @@ class Anchor:
                 self._kill(signal.SIGKILL)
         elif data == "step":
             assert self.step is not None
-            self.exit_status = self.backend_wait(self.step)
+            # Agents report their container's status and exit 0; a task that could
+            # not report (killed) leaves its status in the launcher's own.
+            self.exit_status = max([self.backend_wait(self.step), *self.reported])
         elif isinstance(data, _Client):
             self._read(data)
 
@@ -202,6 +205,9 @@ class Anchor:
 
     def _handle(self, client: _Client, message: dict[str, Any]) -> dict[str, Any] | None:
         op = message.get("op")
+        if message.get("event") == "exit" and client.is_agent:
+            self.reported.append(int(message.get("status", 255)))
+            return None
         if op in ("agent-hello", "agent-error"):
             if not secrets.compare_digest(str(message.get("token", "")), self.token):
                 raise ScrunError("bad agent token")

@@ -37,7 +37,9 @@ def _slurm_error(stderr: str, fallback: str) -> str:
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     errors = [line for line in lines if "error" in line.lower()]
     chosen = (errors or lines or [fallback])[-1]
-    return chosen.removeprefix("salloc: ").removeprefix("srun: ")
+    for prefix in ("salloc: ", "srun: ", "scancel: ", "error: "):
+        chosen = chosen.removeprefix(prefix)
+    return chosen
 
 
 def run_command(site: Site, argv: list[str], timeout: float = 60.0) -> subprocess.CompletedProcess[str]:

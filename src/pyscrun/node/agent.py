@@ -103,7 +103,7 @@ class Task:
                 source.config, bundle=ident.bundle, job_env=_job_env(self.env),
                 env_exclude=conf.EnvExclude, terminal=self.terminal and conf.run_mode,
                 mount_spool_dir=conf.MountSpoolDir, step_dir=self.step_dir,
-                disable_hooks=conf.DisableHooks,
+                disable_hooks=conf.DisableHooks, task_id=ident.task_id,
             )
             (self.dir / "config.json").write_text(json.dumps(config), encoding="utf-8")
             bundle_dir, rootfs = self.dir, Path(config["root"]["path"])
@@ -284,13 +284,28 @@ class Agent:
         try:
             self.commands = commands = task.prepare()
             try:
-                if self.conf.run_mode:
-                    return self.run_mode(commands)
-                return self.create_start_mode(commands)
+                status = (self.run_mode(commands) if self.conf.run_mode
+                          else self.create_start_mode(commands))
             finally:
                 stop_and_delete(commands)
         finally:
             task.cleanup()
+        return self._report_exit(status)
+
+    def _report_exit(self, status: int) -> int:
+        """Tell the anchor the container's status; the agent then exits 0 itself.
+
+        A launcher such as srun would otherwise print its own complaint about a non-zero
+        task into the container's stderr.
+        """
+        if self.control is None:
+            return status
+        try:
+            self.control.setblocking(True)
+            self.control.sendall(protocol.encode({"event": "exit", "status": status}))
+        except OSError:
+            return status
+        return 0
 
 
 def _wait_status(pid: int) -> int:

@@ -36,6 +36,7 @@ def rewrite(
     mount_spool_dir: str,
     step_dir: Path,
     disable_hooks: tuple[str, ...],
+    task_id: str = "0",
 ) -> dict[str, Any]:
     new: dict[str, Any] = copy.deepcopy(dict(config))
     root = new.setdefault("root", {})
@@ -52,6 +53,10 @@ def rewrite(
             "source": str(step_dir),
             "options": ["rbind", "rw"],
         })
+    linux = new.get("linux")
+    if isinstance(linux, dict) and linux.get("cgroupsPath") and task_id != "0":
+        # Tasks of one container that share a machine must not share a cgroup.
+        linux["cgroupsPath"] = f"{linux['cgroupsPath']}-task{task_id}"
     hooks = new.get("hooks")
     if hooks and disable_hooks:
         for hook_type in disable_hooks:
