@@ -143,6 +143,7 @@ main() {
     esac
     install_packages
     setup_venv
+    "$REPO/scripts/criu-setup.sh"
     "$REPO/scripts/podman-setup.sh"
 }
 

@@ -10,10 +10,12 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass, field
-from typing import IO
 
 from pyscrun.errors import UsageError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import IO
 
 # Slurm's log levels, quietest first; the index is the level number.
 LEVEL_NAMES = (
@@ -34,16 +36,18 @@ def parse_level(text: str, source: str) -> int:
         ) from None
 
 
-@dataclass
 class Logger:
-    stderr_level: int = ERROR
-    file_level: int = INFO
-    syslog_level: int = QUIET
-    file_path: str | None = None
-    file_format: str = "text"
-    prefix: str = "scrun"
-    stderr: IO[str] | None = field(default_factory=lambda: sys.stderr)
-    _file: IO[str] | None = None
+    """Where messages of each level go: stderr, the --log file, syslog."""
+
+    def __init__(self, file_path: str | None = None, file_format: str = "text") -> None:
+        self.stderr_level = ERROR
+        self.file_level = INFO
+        self.syslog_level = QUIET
+        self.file_path = file_path
+        self.file_format = file_format
+        self.prefix = "scrun"
+        self.stderr: IO[str] | None = sys.stderr
+        self._file: IO[str] | None = None
 
     def log(self, level: int, msg: str) -> None:
         if level <= self.stderr_level and self.stderr is not None:

@@ -5,20 +5,65 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.harness import OCI_CONFS, Runtime, assert_no_leaks, make_runtime
+from tests.integration.harness import (
+    OCI_CONFS,
+    Cluster,
+    LeakCheck,
+    Runtime,
+    cluster_down,
+    make_runtime,
+    make_slurm_runtime,
+)
 
 
 @pytest.fixture(params=sorted(OCI_CONFS))
 def local_runtime(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Runtime]:
     """scrun on the local backend, in each oci.conf mode, checked for leaks afterwards."""
     runtime = make_runtime(tmp_path, OCI_CONFS[request.param])
+    leaks = LeakCheck(runtime, str(tmp_path))
     yield runtime
-    assert_no_leaks(runtime, str(tmp_path))
+    leaks.check()
 
 
 @pytest.fixture
 def default_runtime(tmp_path: Path) -> Iterator[Runtime]:
     """scrun with no oci.conf at all: the built-in runc run-mode default."""
     runtime = make_runtime(tmp_path, None)
+    leaks = LeakCheck(runtime, str(tmp_path))
     yield runtime
-    assert_no_leaks(runtime, str(tmp_path))
+    leaks.check()
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    handle = Cluster()
+    yield handle
+    if handle.nodes:
+        cluster_down()
+
+
+@pytest.fixture
+def slurm_runtime(request: pytest.FixtureRequest, cluster: Cluster, tmp_path: Path,
+                  ) -> Iterator[Runtime]:
+    """scrun on the Slurm backend (built-in oci.conf) of a cluster of
+    `@pytest.mark.nodes(N)` nodes (1 unless marked); checked for leaks and jobs after."""
+    marker = request.node.get_closest_marker("nodes")
+    conf = cluster.up(marker.args[0] if marker else 1)
+    runtime = make_slurm_runtime(tmp_path, conf)
+    leaks = LeakCheck(runtime, str(tmp_path), conf)
+    yield runtime
+    leaks.check()
+
+
+@pytest.fixture(params=["local/run", "local/create-start", "slurm/run", "slurm/create-start"])
+def runtime(request: pytest.FixtureRequest, cluster: Cluster, tmp_path: Path) -> Iterator[Runtime]:
+    """scrun on each backend in each oci.conf mode; checked for leaks (and jobs) after."""
+    backend, mode = request.param.split("/")
+    conf = cluster.up(1) if backend == "slurm" else None
+    if conf is None:
+        made = make_runtime(tmp_path, OCI_CONFS[mode])
+    else:
+        made = make_slurm_runtime(tmp_path, conf, OCI_CONFS[mode])
+    leaks = LeakCheck(made, str(tmp_path), conf)
+    yield made
+    leaks.check()

@@ -131,24 +131,52 @@ def processes_mentioning(text: str) -> list[str]:
     return found
 
 
-def runc_containers() -> list[str]:
+def runc_containers() -> set[str]:
     done = subprocess.run(["runc", "list", "-q"], capture_output=True, text=True, check=False)
-    return done.stdout.split()
+    return set(done.stdout.split())
 
 
-def assert_no_leaks(runtime: Runtime, marker: str, timeout: float = 10.0) -> None:
-    """Nothing of the test is left: process, spool dir, runc state or task dir."""
-    deadline = time.monotonic() + timeout
-    while True:
-        leaks = processes_mentioning(marker)
-        spool = sorted(p.name for p in runtime.root.iterdir()) if runtime.root.exists() else []
-        tasks = sorted(p.name for p in TASKS_DIR.glob("oci-joblocal*"))
-        ours = [c for c in runc_containers() if ".local" in c]
-        if not leaks and not spool and not ours and not tasks:
-            break
-        if time.monotonic() > deadline:
-            pytest.fail(f"left behind: processes={leaks} spool={spool} runc={ours} tasks={tasks}")
-        time.sleep(0.2)
+def slurm_jobs(slurm_conf: Path) -> set[str]:
+    done = subprocess.run(["squeue", "-h", "-o", "%i %j %T"], capture_output=True, text=True,
+                          env={**os.environ, "SLURM_CONF": str(slurm_conf)}, check=False)
+    if done.returncode != 0:
+        pytest.fail(f"squeue failed: {done.stderr.strip()}")
+    return set(done.stdout.splitlines())
+
+
+class LeakCheck:
+    """What a test leaves behind, compared with what was there before it started."""
+
+    def __init__(self, runtime: Runtime, marker: str, slurm_conf: Path | None = None) -> None:
+        self.runtime = runtime
+        self.marker = marker
+        self.slurm_conf = slurm_conf
+        self.before = self._snapshot()
+
+    def _snapshot(self) -> dict[str, set[str]]:
+        tasks = {p.name for p in TASKS_DIR.iterdir()} if TASKS_DIR.exists() else set()
+        root = self.runtime.root
+        found = {
+            "processes": set(processes_mentioning(self.marker)),
+            "spool dirs": {p.name for p in root.iterdir()} if root.exists() else set(),
+            "runc containers": runc_containers(),
+            "task dirs": tasks,
+        }
+        if self.slurm_conf is not None:
+            found["slurm jobs"] = slurm_jobs(self.slurm_conf)
+        return found
+
+    def check(self, timeout: float = 15.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            now = self._snapshot()
+            left = {what: sorted(now[what] - self.before.get(what, set()))
+                    for what in now if now[what] - self.before.get(what, set())}
+            if not left:
+                return
+            if time.monotonic() > deadline:
+                pytest.fail(f"left behind: {left}")
+            time.sleep(0.2)
 
 
 def wait_for(predicate: object, timeout: float, what: str) -> None:
@@ -177,3 +205,52 @@ def make_bundle(base: Path, args: Sequence[str], terminal: bool = False) -> Path
     config["root"]["readonly"] = False
     (bundle / "config.json").write_text(json.dumps(config))
     return bundle
+
+
+CLUSTER_SCRIPT = REPO / "scripts" / "cluster.sh"
+
+
+def cluster_up(nodes: int) -> Path:
+    """The project's loopback Slurm cluster with this many nodes; its slurm.conf."""
+    require("slurmctld", "slurmctld")
+    require("slurmd", "slurmd")
+    require("munged", "munge")
+    done = subprocess.run(["bash", str(CLUSTER_SCRIPT), "up", str(nodes)], capture_output=True,
+                          text=True, timeout=120, check=False)
+    if done.returncode != 0:
+        pytest.fail(f"cluster.sh up {nodes} failed:\n{done.stderr[-2000:]}")
+    last = done.stdout.strip().splitlines()[-1]
+    return Path(last.removeprefix("export SLURM_CONF="))
+
+
+def cluster_down() -> None:
+    subprocess.run(["bash", str(CLUSTER_SCRIPT), "down"], capture_output=True, timeout=120,
+                   check=False)
+
+
+def make_slurm_runtime(base: Path, cluster_conf: Path, oci_conf: str | None = None,
+                       extra_files: dict[str, str] | None = None) -> Runtime:
+    """scrun for the Slurm backend: a conf dir of the test's own beside the cluster's
+    slurm.conf, so the test can add its oci.conf or scrun.lua."""
+    runtime = make_runtime(base, oci_conf, extra_files)
+    runtime.slurm_conf.symlink_to(cluster_conf)
+    return runtime
+
+
+def slurm(cluster_conf: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(list(args), capture_output=True, text=True, timeout=60, check=False,
+                          env={**os.environ, "SLURM_CONF": str(cluster_conf)})
+
+
+class Cluster:
+    """The loopback cluster, resized on demand: tests ask for the node count they need."""
+
+    def __init__(self) -> None:
+        self.nodes = 0
+        self.conf: Path | None = None
+
+    def up(self, nodes: int) -> Path:
+        if nodes != self.nodes or self.conf is None:
+            self.conf = cluster_up(nodes)
+            self.nodes = nodes
+        return self.conf

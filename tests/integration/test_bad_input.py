@@ -3,35 +3,34 @@
 from __future__ import annotations
 
 import json
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.integration.harness import (
-    RUN_OCI_CONF,
-    Runtime,
-    assert_no_leaks,
-    make_bundle,
-    make_runtime,
-)
+from tests.integration.harness import RUN_OCI_CONF, LeakCheck, Runtime, make_bundle, make_runtime
 
 
-def _assert_clean_failure(runtime: Runtime, done: object, expect: str, marker: str) -> None:
-    assert done.returncode != 0  # type: ignore[attr-defined]
-    lines = done.stderr.strip().splitlines()  # type: ignore[attr-defined]
+def _assert_clean_failure(done: subprocess.CompletedProcess[str], expect: str) -> None:
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, lines
     assert expect in lines[0]
-    assert_no_leaks(runtime, marker)
 
 
 @pytest.fixture
-def runtime(tmp_path: Path) -> Runtime:
-    return make_runtime(tmp_path, RUN_OCI_CONF)
+def runtime(tmp_path: Path) -> Iterator[Runtime]:
+    """Each test here ends with nothing left: checked after it."""
+    runtime = make_runtime(tmp_path, RUN_OCI_CONF)
+    leaks = LeakCheck(runtime, str(tmp_path))
+    yield runtime
+    leaks.check()
 
 
 def test_missing_bundle(runtime: Runtime, tmp_path: Path) -> None:
     done = runtime.scrun("create", "-b", str(tmp_path / "nowhere"), "x")
-    _assert_clean_failure(runtime, done, "is not a directory", str(tmp_path))
+    _assert_clean_failure(done, "is not a directory")
 
 
 @pytest.mark.parametrize(("content", "expect"), [
@@ -47,7 +46,7 @@ def test_malformed_config(runtime: Runtime, tmp_path: Path, content: str, expect
     bundle = make_bundle(tmp_path, ["true"])
     (bundle / "config.json").write_text(content)
     done = runtime.scrun("create", "-b", str(bundle), "x")
-    _assert_clean_failure(runtime, done, expect, str(tmp_path))
+    _assert_clean_failure(done, expect)
 
 
 def test_huge_config(runtime: Runtime, tmp_path: Path) -> None:
@@ -56,14 +55,14 @@ def test_huge_config(runtime: Runtime, tmp_path: Path) -> None:
     config["annotations"] = {"big": "x" * (100 * 2**20)}
     (bundle / "config.json").write_text(json.dumps(config))
     done = runtime.scrun("create", "-b", str(bundle), "x")
-    _assert_clean_failure(runtime, done, "larger than", str(tmp_path))
+    _assert_clean_failure(done, "larger than")
 
 
 @pytest.mark.parametrize("bad_id", ["a/b", "..", ".", "x" * 1025, "new\nline", "", "a b"])
 def test_bad_ids(runtime: Runtime, tmp_path: Path, bad_id: str) -> None:
     bundle = make_bundle(tmp_path, ["true"])
     done = runtime.scrun("create", "-b", str(bundle), "--", bad_id)
-    _assert_clean_failure(runtime, done, "container id", str(tmp_path))
+    _assert_clean_failure(done, "container id")
 
 
 def test_long_id_within_limit_works(runtime: Runtime, tmp_path: Path) -> None:
@@ -71,14 +70,13 @@ def test_long_id_within_limit_works(runtime: Runtime, tmp_path: Path) -> None:
     long_id = "L" * 1024
     done = runtime.scrun("run", "-b", str(bundle), long_id)
     assert done.returncode == 6, done.stderr
-    assert_no_leaks(runtime, str(tmp_path))
 
 
 @pytest.mark.parametrize("verb", [["start"], ["state"], ["kill"], ["kill", "--all"],
                                   ["delete"], ["delete", "--force"]])
 def test_unknown_id_for_every_verb(runtime: Runtime, tmp_path: Path, verb: list[str]) -> None:
     done = runtime.scrun(*verb, "ghost")
-    _assert_clean_failure(runtime, done, "does not exist", str(tmp_path))
+    _assert_clean_failure(done, "does not exist")
 
 
 @pytest.mark.parametrize(("conf", "expect"), [
@@ -94,28 +92,27 @@ def test_unknown_id_for_every_verb(runtime: Runtime, tmp_path: Path, verb: list[
      'RunTimeKill=k\nRunTimeDelete=d\n', "IgnoreFileConfigJson"),
     ("DebugFlags\n", "expected Key=Value"),
 ])
-def test_bad_oci_conf(tmp_path: Path, conf: str, expect: str) -> None:
-    runtime = make_runtime(tmp_path, conf)
+def test_bad_oci_conf(runtime: Runtime, tmp_path: Path, conf: str, expect: str) -> None:
+    (runtime.conf_dir / "oci.conf").write_text(conf)
     bundle = make_bundle(tmp_path, ["true"])
     done = runtime.scrun("create", "-b", str(bundle), "x")
-    _assert_clean_failure(runtime, done, expect, str(tmp_path))
+    _assert_clean_failure(done, expect)
     assert "oci.conf" in done.stderr
 
 
 def test_unknown_verb_and_flag(runtime: Runtime, tmp_path: Path) -> None:
-    _assert_clean_failure(runtime, runtime.scrun("frobnicate"), "no such command", str(tmp_path))
-    _assert_clean_failure(runtime, runtime.scrun("state", "--bogus", "x"), "not defined",
-                          str(tmp_path))
+    _assert_clean_failure(runtime.scrun("frobnicate"), "no such command")
+    _assert_clean_failure(runtime.scrun("state", "--bogus", "x"), "not defined")
 
 
 @pytest.mark.parametrize("verb", ["exec", "pause", "resume", "checkpoint", "restore", "ps",
                                   "update", "events"])
 def test_verbs_not_built_yet_say_so(runtime: Runtime, tmp_path: Path, verb: str) -> None:
     done = runtime.scrun(verb, "--help")
-    _assert_clean_failure(runtime, done, "not supported yet", str(tmp_path))
+    _assert_clean_failure(done, "not supported yet")
 
 
 def test_terminal_without_console_socket(runtime: Runtime, tmp_path: Path) -> None:
     bundle = make_bundle(tmp_path, ["sh"], terminal=True)
     done = runtime.scrun("create", "-b", str(bundle), "x")
-    _assert_clean_failure(runtime, done, "console-socket", str(tmp_path))
+    _assert_clean_failure(done, "console-socket")

@@ -14,8 +14,7 @@ import signal
 import socket
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from pyscrun import backends, log
 from pyscrun.anchor import console, jobenv, protocol
@@ -26,6 +25,9 @@ from pyscrun.conf.site import Site
 from pyscrun.errors import InvalidState, ScrunError
 from pyscrun.oci.bundle import Bundle
 from pyscrun.oci.state import CREATED, RUNNING, STOPPED, ContainerState, process_start_time
+
+if TYPE_CHECKING:
+    from pyscrun.hooks.lua import ScrunLua
 
 _TERMINATING_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # After SIGKILL was ordered, how long the step may take before its launcher is killed.
@@ -70,6 +72,7 @@ class Anchor:
         self.reported: list[int] = []
         self.kill_deadline: float | None = None
         self.exit_status: int | None = None
+        self.hooks: ScrunLua | None = None
         bundle = request.bundle
         self.state = ContainerState(
             id=request.container_id, bundle=str(bundle.path), pid=os.getpid(),
@@ -78,6 +81,8 @@ class Anchor:
             annotations=bundle.annotations, rootfs=str(bundle.rootfs),
             owner=_user_name(), backend=self.backend.name,
         )
+        # Where the container runs from: the submitted bundle unless scrun.lua moves it.
+        self.run_bundle, self.run_rootfs = self.state.bundle, self.state.rootfs
 
     # -- create ----------------------------------------------------------------------
     def _setup(self) -> None:
@@ -101,11 +106,12 @@ class Anchor:
             self.site, self.state, self.request.job_options, environ)
         self.state.job_id = self.allocation.job_id
         self.state.job_owned = self.allocation.owned
+        self.store.save(self.state)
+        self._stage_in()
         self.state.status = CREATED
         self.store.save(self.state)
         if self.request.pid_file:
-            pid_path = Path(os.path.abspath(self.request.pid_file))
-            write_atomic(pid_path, str(os.getpid()).encode(), 0o644)
+            write_atomic(os.path.abspath(self.request.pid_file), str(os.getpid()).encode(), 0o644)
 
     def run(self, ready_fd: int) -> NoReturn:
         _install_signal_relay(self.selector)
@@ -239,7 +245,7 @@ class Anchor:
         request = LaunchRequest(
             agent_env={
                 "PYSCRUN_AGENT_CONTAINER_ID": self.state.id,
-                "PYSCRUN_AGENT_BUNDLE": self.state.bundle,
+                "PYSCRUN_AGENT_BUNDLE": self.run_bundle,
                 "PYSCRUN_AGENT_SLURM_CONF": str(self.site.slurm_conf),
                 "PYSCRUN_AGENT_SOCKET": str(self.store.socket_path(self.state.id)),
                 "PYSCRUN_AGENT_TOKEN": self.token,
@@ -263,15 +269,49 @@ class Anchor:
             os.close(self.terminal_fd)
             self.terminal_fd = None
 
+    # -- staging (scrun.lua) -------------------------------------------------------------
+    def _stage_in(self) -> None:
+        from pyscrun.hooks import lua
+
+        allocation, state = self.allocation, self.state
+        assert allocation is not None
+        self.hooks = lua.load(
+            self.site.scrun_lua,
+            lambda script: self.backend.remote_command(self.site, allocation, script),
+            state.bundle, state.rootfs,
+        )
+        if self.hooks is None:
+            return
+        job_env = [f"{k}={v}" for k, v in {**self._output_env(), **allocation.env}.items()]
+        staged = self.hooks.stage_in(
+            state.id, state.bundle, str(self.store.spool_dir(state.id)),
+            str(self.request.bundle.config_path), _job_number(allocation.job_id),
+            os.getuid(), os.getgid(), job_env,
+        )
+        self.run_bundle, self.run_rootfs = staged.bundle, staged.root_path
+
+    def _stage_out(self) -> None:
+        if self.hooks is None or self.allocation is None:
+            return
+        state = self.state
+        try:
+            self.hooks.stage_out(
+                state.id, self.run_bundle, state.bundle, self.run_rootfs, state.rootfs,
+                str(self.store.spool_dir(state.id)), str(self.request.bundle.config_path),
+                _job_number(self.allocation.job_id), os.getuid(), os.getgid(),
+            )
+        except ScrunError as err:
+            log.current.error(f"stage_out: {err}")
+
     def _output_env(self) -> dict[str, str]:
         request, state = self.request, self.state
         return jobenv.output_env(
-            container_id=state.id, anchor_pid=state.pid, bundle=state.bundle,
+            container_id=state.id, anchor_pid=state.pid, bundle=self.run_bundle,
             submission_bundle=str(request.bundle.path), annotations=state.annotations,
             pid_file=request.pid_file, socket=str(self.store.socket_path(state.id)),
             spool_dir=str(self.store.spool_dir(state.id)),
             config_file=str(request.bundle.config_path), root=str(self.store.root),
-            rootfs=state.rootfs, submission_rootfs=str(request.bundle.rootfs),
+            rootfs=self.run_rootfs, submission_rootfs=str(request.bundle.rootfs),
             log_file=request.log_file, log_format=request.log_format,
         )
 
@@ -318,10 +358,14 @@ class Anchor:
             self.allocation = None
         if self.listener is not None:
             self.listener.close()
-            self.store.socket_path(self.state.id).unlink(missing_ok=True)
+            try:
+                os.unlink(self.store.socket_path(self.state.id))
+            except FileNotFoundError:
+                pass
             self.listener = None
 
     def _finish(self, status: int) -> int:
+        self._stage_out()
         self.state.status = STOPPED
         self.state.exit_status = status
         try:
@@ -330,6 +374,12 @@ class Anchor:
             log.current.error(str(err))
         self._release()
         return status
+
+
+def _job_number(job_id: str) -> int:
+    """Lua sees the job id as a number; the local backend's ids carry a prefix."""
+    digits = "".join(c for c in job_id if c.isdigit())
+    return int(digits) if digits else 0
 
 
 def _user_name() -> str:

@@ -10,10 +10,12 @@ import json
 import os
 import socket
 import struct
-from pathlib import Path
-from typing import Any
 
 from pyscrun.errors import AnchorError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 MAX_LINE = 1 << 20
 _SUN_PATH_MAX = 107
@@ -26,23 +28,23 @@ class _ShortPath:
     /proc/self/fd of an open directory keeps the address short.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: str) -> None:
         self.path = path
         self.dir_fd: int | None = None
 
     def __enter__(self) -> str:
-        text = str(self.path)
-        if len(text.encode()) <= _SUN_PATH_MAX:
-            return text
-        self.dir_fd = os.open(self.path.parent, os.O_PATH | os.O_DIRECTORY)
-        return f"/proc/self/fd/{self.dir_fd}/{self.path.name}"
+        if len(self.path.encode()) <= _SUN_PATH_MAX:
+            return self.path
+        directory, name = os.path.split(self.path)
+        self.dir_fd = os.open(directory, os.O_PATH | os.O_DIRECTORY)
+        return f"/proc/self/fd/{self.dir_fd}/{name}"
 
     def __exit__(self, *_: object) -> None:
         if self.dir_fd is not None:
             os.close(self.dir_fd)
 
 
-def listen(path: Path) -> socket.socket:
+def listen(path: str) -> socket.socket:
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     with _ShortPath(path) as address:
         server.bind(address)
@@ -81,7 +83,7 @@ class LineReader:
         return messages
 
 
-def connect(path: Path, timeout: float | None = 30.0) -> socket.socket:
+def connect(path: str, timeout: float | None = 30.0) -> socket.socket:
     client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     client.settimeout(timeout)
     try:
@@ -93,7 +95,7 @@ def connect(path: Path, timeout: float | None = 30.0) -> socket.socket:
     return client
 
 
-def request(path: Path, message: dict[str, Any], timeout: float | None = 30.0) -> dict[str, Any]:
+def request(path: str, message: dict[str, Any], timeout: float | None = 30.0) -> dict[str, Any]:
     """Send one request and return the anchor's reply; AnchorError if it gives none."""
     try:
         client = connect(path, timeout)

@@ -2,37 +2,33 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import re
-from dataclasses import dataclass
-from pathlib import Path
 
 from pyscrun.errors import ContainerExists, ContainerNotFound, ScrunError, UsageError
 from pyscrun.oci.state import ContainerState
 
 MAX_ID_LENGTH = 1024
 # runc's rule for ids: nothing that could become a path of its own.
-_ID_PATTERN = re.compile(r"[A-Za-z0-9_+.\-]+")
+_ID_CHARACTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_+.-")
 # Longer ids get a hashed directory name; '=' cannot occur in an id, so no clash.
 _MAX_PLAIN_NAME = 200
 STATE_FILE = "state.json"
 SOCKET_NAME = "ctl"
 
 
-def default_root(environ: dict[str, str] | os._Environ[str]) -> Path:
+def default_root(environ: dict[str, str] | os._Environ[str]) -> str:
     """Where state lives when podman passes no --root (it never does)."""
     runtime_dir = environ.get("XDG_RUNTIME_DIR", "")
     if runtime_dir:
-        return Path(runtime_dir) / "pyscrun"
+        return os.path.join(runtime_dir, "pyscrun")
     uid = os.getuid()
     if uid == 0:
-        return Path("/run/pyscrun")
-    user_run = Path(f"/run/user/{uid}")
-    if user_run.is_dir():
-        return user_run / "pyscrun"
-    return Path(environ.get("TMPDIR") or "/tmp") / f"pyscrun-{uid}"
+        return "/run/pyscrun"
+    user_run = f"/run/user/{uid}"
+    if os.path.isdir(user_run):
+        return os.path.join(user_run, "pyscrun")
+    return os.path.join(environ.get("TMPDIR") or "/tmp", f"pyscrun-{uid}")
 
 
 def validate_id(container_id: str) -> str:
@@ -40,16 +36,17 @@ def validate_id(container_id: str) -> str:
         raise UsageError("container id must not be empty")
     if len(container_id) > MAX_ID_LENGTH:
         raise UsageError(f"container id is longer than {MAX_ID_LENGTH} characters")
-    if container_id in (".", "..") or not _ID_PATTERN.fullmatch(container_id):
+    if container_id in (".", "..") or not _ID_CHARACTERS.issuperset(container_id):
         raise UsageError(
             f"invalid container id {container_id!r}: use letters, digits and _ + . - only"
         )
     return container_id
 
 
-def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
+def write_atomic(path: str, data: bytes, mode: int = 0o600) -> None:
     """Write via a temporary file and rename, so readers see old or new, never half."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    directory, name = os.path.split(path)
+    tmp = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
     try:
         view = memoryview(data)
@@ -58,30 +55,34 @@ def write_atomic(path: Path, data: bytes, mode: int = 0o600) -> None:
         os.fsync(fd)
     except OSError:
         os.close(fd)
-        tmp.unlink(missing_ok=True)
+        os.unlink(tmp)
         raise
     os.close(fd)
     os.replace(tmp, path)
 
 
-@dataclass(frozen=True)
 class Store:
-    root: Path
+    """The containers under one --root, each in its own 0700 spool directory."""
 
-    def spool_dir(self, container_id: str) -> Path:
+    def __init__(self, root: str) -> None:
+        self.root = root
+
+    def spool_dir(self, container_id: str) -> str:
         name = container_id
         if len(name) > _MAX_PLAIN_NAME:
-            name = "=" + hashlib.sha256(name.encode()).hexdigest()
-        return self.root / name
+            import hashlib
 
-    def make_spool_dir(self, container_id: str) -> Path:
+            name = "=" + hashlib.sha256(name.encode()).hexdigest()
+        return os.path.join(self.root, name)
+
+    def make_spool_dir(self, container_id: str) -> str:
         try:
-            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.makedirs(self.root, mode=0o700, exist_ok=True)
         except OSError as err:
             raise ScrunError(f"cannot create root directory {self.root}: {err.strerror}") from None
         spool = self.spool_dir(container_id)
         try:
-            spool.mkdir(mode=0o700)
+            os.mkdir(spool, 0o700)
         except FileExistsError:
             raise ContainerExists(f"container {container_id!r} already exists") from None
         except OSError as err:
@@ -91,13 +92,13 @@ class Store:
     def save(self, state: ContainerState) -> None:
         data = json.dumps(state.to_json(), separators=(",", ":")).encode()
         try:
-            write_atomic(self.spool_dir(state.id) / STATE_FILE, data)
+            write_atomic(os.path.join(self.spool_dir(state.id), STATE_FILE), data)
         except OSError as err:
             raise ScrunError(f"cannot save state of {state.id!r}: {err.strerror}") from None
 
     def load(self, container_id: str) -> ContainerState:
         validate_id(container_id)
-        path = self.spool_dir(container_id) / STATE_FILE
+        path = os.path.join(self.spool_dir(container_id), STATE_FILE)
         try:
             with open(path, "rb") as state_file:
                 raw = state_file.read()
@@ -110,18 +111,18 @@ class Store:
         except (ValueError, TypeError):
             raise ScrunError(f"state of {container_id!r} is corrupt: {path}") from None
 
-    def socket_path(self, container_id: str) -> Path:
-        return self.spool_dir(container_id) / SOCKET_NAME
+    def socket_path(self, container_id: str) -> str:
+        return os.path.join(self.spool_dir(container_id), SOCKET_NAME)
 
     def ids(self) -> list[str]:
         found = []
         try:
-            entries = sorted(self.root.iterdir())
+            entries = sorted(os.listdir(self.root))
         except FileNotFoundError:
             return []
         for entry in entries:
             try:
-                with open(entry / STATE_FILE, "rb") as state_file:
+                with open(os.path.join(self.root, entry, STATE_FILE), "rb") as state_file:
                     found.append(json.loads(state_file.read())["id"])
             except (OSError, ValueError, KeyError):
                 continue

@@ -42,5 +42,8 @@ class Backend(Protocol):
 
     def release(self, site: Site, allocation: Allocation) -> None: ...
 
+    def remote_command(self, site: Site, allocation: Allocation, script: str) -> tuple[int, str]:
+        """Run `/bin/sh -c script` once on every node of the job: (status, output)."""
+
     def cleanup_orphan(self, site: Site, state: ContainerState) -> None:
         """End what a dead anchor left behind (its job)."""

@@ -110,6 +110,22 @@ class SlurmBackend:
         if allocation.owned:
             self._cancel(site, allocation.job_id)
 
+    def remote_command(self, site: Site, allocation: Allocation, script: str) -> tuple[int, str]:
+        # Without a node count srun would start one task on the job's first node only.
+        nodes = run_command(site, ["squeue", "-h", "-j", allocation.job_id, "-o", "%D"])
+        if nodes.returncode != 0 or not nodes.stdout.strip().isdigit():
+            raise BackendError(f"cannot read the node count of job {allocation.job_id}: "
+                               f"{_slurm_error(nodes.stderr, 'squeue failed')}")
+        srun = site.oci.SrunPath or "srun"
+        argv = [srun, f"--jobid={allocation.job_id}", "--overlap", "--no-kill",
+                "--job-name=lua-command", f"--nodes={nodes.stdout.strip()}",
+                "--ntasks-per-node=1", "--quiet", *site.oci.SrunArgs,
+                "--", "/bin/sh", "-c", script]
+        log.current.debug(f"slurm: {' '.join(argv)}")
+        done = subprocess.run(argv, env=_env(site), stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
+        return done.returncode, done.stdout.decode(errors="replace")
+
     def cleanup_orphan(self, site: Site, state: ContainerState) -> None:
         if state.job_owned and state.job_id:
             self._cancel(site, state.job_id)

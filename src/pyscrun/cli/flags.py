@@ -7,33 +7,42 @@ podman, docker's shim and conmon never trip over them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from pyscrun.errors import UsageError
 
 
-@dataclass(frozen=True)
 class Flag:
-    names: tuple[str, ...]
-    takes_value: bool = False
-    help: str = ""
-    ignored: bool = False
-    repeat: bool = False
+    """One flag: its names (first is canonical), whether it takes a value, its help."""
+
+    __slots__ = ("help", "ignored", "names", "repeat", "takes_value")
+
+    def __init__(self, names: tuple[str, ...], takes_value: bool = False, help: str = "",
+                 ignored: bool = False, repeat: bool = False) -> None:
+        self.names = names
+        self.takes_value = takes_value
+        self.help = help
+        self.ignored = ignored
+        self.repeat = repeat
 
     @property
     def dest(self) -> str:
         return self.names[0].replace("-", "_")
 
 
-@dataclass(frozen=True)
 class Verb:
-    name: str
-    handler: str
-    args: tuple[str, ...] = ()
-    optional_args: tuple[str, ...] = ()
-    flags: tuple[Flag, ...] = ()
-    help: str = ""
-    supported: bool = True
+    """A runc verb: its handler ("module:function"), positional args and flags."""
+
+    __slots__ = ("args", "flags", "handler", "help", "name", "optional_args", "supported")
+
+    def __init__(self, name: str, handler: str, args: tuple[str, ...] = (),
+                 optional_args: tuple[str, ...] = (), flags: tuple[Flag, ...] = (),
+                 help: str = "", supported: bool = True) -> None:
+        self.name = name
+        self.handler = handler
+        self.args = args
+        self.optional_args = optional_args
+        self.flags = flags
+        self.help = help
+        self.supported = supported
 
 
 GLOBAL_FLAGS = (
@@ -94,11 +103,14 @@ VERBS = {
 }
 
 
-@dataclass
 class Parsed:
-    verb: Verb | None
-    options: dict[str, object] = field(default_factory=dict)
-    args: dict[str, str] = field(default_factory=dict)
+    __slots__ = ("args", "options", "verb")
+
+    def __init__(self, verb: Verb | None, options: dict[str, object],
+                 args: dict[str, str] | None = None) -> None:
+        self.verb = verb
+        self.options = options
+        self.args = args or {}
 
 
 def _bool_value(flag: Flag, text: str) -> bool:

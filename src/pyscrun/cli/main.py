@@ -5,22 +5,26 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 
 from pyscrun import __version__, log
 from pyscrun.cli import flags
 from pyscrun.errors import NotSupported, ScrunError, UsageError, exit_code_for
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from pathlib import Path
 
-@dataclass
+    from pyscrun.anchor.store import Store
+
+
 class Context:
     """What every verb needs: options, environment, where state and config live."""
 
-    options: dict[str, object]
-    args: dict[str, str]
-    environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+    def __init__(self, options: dict[str, object], args: dict[str, str]) -> None:
+        self.options = options
+        self.args = args
+        self.environ = dict(os.environ)
 
     def option(self, name: str, default: str | None = None) -> str | None:
         value = self.options.get(name, default)
@@ -36,11 +40,11 @@ class Context:
         return validate_id(self.args["container-id"])
 
     @property
-    def store(self):  # type: ignore[no-untyped-def]  # lazily imported type
+    def store(self) -> Store:
         from pyscrun.anchor.store import Store, default_root
 
         root = self.option("root")
-        return Store(Path(root).absolute() if root else default_root(self.environ))
+        return Store(os.path.abspath(root) if root else default_root(self.environ))
 
     @property
     def slurm_conf(self) -> Path:

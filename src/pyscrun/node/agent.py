@@ -152,7 +152,7 @@ class Agent:
         path = self.env.get("PYSCRUN_AGENT_SOCKET")
         if not path:
             return
-        self.control = protocol.connect(Path(path), timeout=10)
+        self.control = protocol.connect(path, timeout=10)
         self.control.sendall(protocol.encode({
             "op": "agent-hello", "token": self.env.get("PYSCRUN_AGENT_TOKEN", ""),
             "task": self.env.get("SLURM_PROCID", "0"),
@@ -192,19 +192,35 @@ class Agent:
 
     # -- signals -------------------------------------------------------------------
     def deliver(self, signum: int) -> None:
-        """Send signum to the container's init, found through the runtime if it can."""
-        pid = self.container_pid
-        if not pid and self.commands is not None:
-            pid = self.commands.runtime_pid()
-        if not pid and self.process is not None:
-            pid = self.process.pid
-        if not pid:
-            self.pending_signals.append(signum)
+        """Send signum to the container's init, or keep it until the init exists."""
+        self.pending_signals.append(signum)
+        self._flush_signals()
+
+    def _flush_signals(self) -> None:
+        if not self.pending_signals:
             return
-        try:
-            os.kill(pid, signum)
-        except ProcessLookupError:
-            pass
+        pid = self._container_init()
+        if not pid:
+            return
+        for signum in self.pending_signals:
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+        self.pending_signals.clear()
+
+    def _container_init(self) -> int:
+        """The container's init pid as the runtime reports it (0 while not yet known).
+
+        Without RunTimeQuery the runtime's own process is the best there is; with it,
+        signalling the `/bin/sh -c` wrapper would orphan the container instead.
+        """
+        if self.container_pid or self.commands is None:
+            return self.container_pid
+        if self.conf.RunTimeQuery:
+            self.container_pid = self.commands.running_pid()
+            return self.container_pid
+        return self.process.pid if self.process is not None else 0
 
     def _install_signal_relay(self) -> None:
         reader, writer = socket.socketpair()
@@ -231,13 +247,16 @@ class Agent:
         self.selector.register(pidfd, selectors.EVENT_READ, "exit")
         try:
             while True:
-                for key, _ in self.selector.select():
+                # A signal that arrived before the container existed is retried soon.
+                timeout = 0.05 if self.pending_signals else None
+                for key, _ in self.selector.select(timeout):
                     if key.data == "exit":
                         return _wait_status(pid)
                     if key.data == "control":
                         self._on_control()
                     elif key.data == "signal":
                         self._on_signal(key.fileobj)  # type: ignore[arg-type]
+                self._flush_signals()
         finally:
             self.selector.unregister(pidfd)
             os.close(pidfd)
@@ -245,9 +264,6 @@ class Agent:
     def run_mode(self, commands: RuntimeCommands) -> int:
         self.process = commands.spawn("RunTimeRun")
         commands.set_pid(self.process.pid)
-        for signum in self.pending_signals:
-            self.deliver(signum)
-        self.pending_signals.clear()
         return self.wait_for(self.process.pid)
 
     def create_start_mode(self, commands: RuntimeCommands) -> int:
@@ -271,9 +287,6 @@ class Agent:
         code, _ = commands.run("RunTimeStart")
         if code != 0:
             raise RuntimeCommandError(f"RunTimeStart exited {code}")
-        for signum in self.pending_signals:
-            self.deliver(signum)
-        self.pending_signals.clear()
         return self.wait_for(pid)
 
     def main(self) -> int:
@@ -341,7 +354,7 @@ def _report_error(env: dict[str, str], message: str) -> None:
     if not path:
         return
     try:
-        protocol.request(Path(path), {"op": "agent-error", "message": message,
+        protocol.request(path, {"op": "agent-error", "message": message,
                                       "token": env.get("PYSCRUN_AGENT_TOKEN", "")}, 5)
     except ScrunError:
         pass

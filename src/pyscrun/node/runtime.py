@@ -71,9 +71,14 @@ class RuntimeCommands:
             return None
         return document if isinstance(document, dict) else None
 
-    def runtime_pid(self) -> int:
+    def running_pid(self) -> int:
+        """The container's init once it runs the container's process, else 0.
+
+        A signal to a `created` init would kill the runtime's own setup code instead
+        of reaching the process it is meant for.
+        """
         document = self.query()
-        if document and document.get("status") in ("created", "running"):
+        if document and document.get("status") == "running":
             pid = document.get("pid")
             if isinstance(pid, int) and pid > 0:
                 return pid
@@ -85,7 +90,7 @@ def stop_and_delete(commands: RuntimeCommands) -> None:
     document = commands.query()
     if commands.conf.RunTimeQuery and document is None:
         return
-    if document is None or document.get("status") in ("created", "running", "paused"):
+    if document is None or document.get("status") in ("creating", "created", "running", "paused"):
         commands.run("RunTimeKill")
     commands.run("RunTimeDelete")
 

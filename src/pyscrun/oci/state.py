@@ -2,38 +2,59 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
-
 from pyscrun import OCI_VERSION
+
+# typing itself costs milliseconds on the CLI's hot path: import it for checkers only.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, ClassVar
 
 CREATING, CREATED, RUNNING, STOPPED = "creating", "created", "running", "stopped"
 
 
-@dataclass
 class ContainerState:
+    """What the anchor persists about its container (plain class: cheap to import)."""
+
+    # name -> default; the JSON form holds exactly these keys.
+    FIELDS: ClassVar[dict[str, Any]] = {
+        "id": "", "bundle": "", "status": CREATING,
+        "pid": 0,  # the anchor's pid: conmon waits on it, so it stands for the container
+        "pid_start": 0,  # start time of that pid (clock ticks), to tell a reused pid apart
+        "created": "", "annotations": None, "rootfs": "", "owner": "",
+        "exit_status": None, "backend": "local", "job_id": "", "job_owned": False,
+        "extra": None,
+    }
+    __slots__ = tuple(FIELDS)
     id: str
     bundle: str
-    status: str = CREATING
-    pid: int = 0  # the anchor's pid: conmon waits on it, so it stands for the container
-    pid_start: int = 0  # start time of that pid (clock ticks), to tell a reused pid apart
-    created: str = ""
-    annotations: dict[str, str] = field(default_factory=dict)
-    rootfs: str = ""
-    owner: str = ""
-    exit_status: int | None = None
-    backend: str = "local"
-    job_id: str = ""
-    job_owned: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
+    status: str
+    pid: int
+    pid_start: int
+    created: str
+    annotations: dict[str, str]
+    rootfs: str
+    owner: str
+    exit_status: int | None
+    backend: str
+    job_id: str
+    job_owned: bool
+    extra: dict[str, Any]
+
+    def __init__(self, **values: Any) -> None:
+        for name, default in self.FIELDS.items():
+            value = values.pop(name, default)
+            if value is None and name in ("annotations", "extra"):
+                value = {}
+            setattr(self, name, value)
+        if values:
+            raise TypeError(f"unknown state fields: {sorted(values)}")
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {name: getattr(self, name) for name in self.FIELDS}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ContainerState:
-        known = {name: data[name] for name in cls.__dataclass_fields__ if name in data}
-        return cls(**known)
+        return cls(**{name: data[name] for name in cls.FIELDS if name in data})
 
     def effective_status(self) -> str:
         """The status as the world sees it: an anchor that died means stopped."""

@@ -1,4 +1,4 @@
-"""podman drives scrun on the local backend, in both oci.conf modes, end to end."""
+"""podman drives scrun end to end: local and Slurm backends, both oci.conf modes."""
 
 from __future__ import annotations
 
@@ -12,25 +12,25 @@ import pytest
 from tests.integration.harness import IMAGE, Runtime, podman, podman_env, require
 
 
-def test_echo_prints_output(local_runtime: Runtime) -> None:
-    done = podman(local_runtime, "run", "--rm", IMAGE, "echo", "hi")
+def test_echo_prints_output(runtime: Runtime) -> None:
+    done = podman(runtime, "run", "--rm", IMAGE, "echo", "hi")
     assert done.returncode == 0, done.stderr
     assert done.stdout == b"hi\n"
 
 
-def test_exit_code_reaches_podman(local_runtime: Runtime) -> None:
-    done = podman(local_runtime, "run", "--rm", IMAGE, "sh", "-c", "exit 3")
+def test_exit_code_reaches_podman(runtime: Runtime) -> None:
+    done = podman(runtime, "run", "--rm", IMAGE, "sh", "-c", "exit 3")
     assert done.returncode == 3, done.stderr
 
 
-def test_stdin_reaches_container(local_runtime: Runtime) -> None:
-    done = podman(local_runtime, "run", "-i", "--rm", IMAGE, "cat", input=b"data\n")
+def test_stdin_reaches_container(runtime: Runtime) -> None:
+    done = podman(runtime, "run", "-i", "--rm", IMAGE, "cat", input=b"data\n")
     assert done.returncode == 0, done.stderr
     assert done.stdout == b"data\n"
 
 
-def test_relative_command_resolved_inside_container(local_runtime: Runtime) -> None:
-    done = podman(local_runtime, "run", "--rm", IMAGE, "true")
+def test_relative_command_resolved_inside_container(runtime: Runtime) -> None:
+    done = podman(runtime, "run", "--rm", IMAGE, "true")
     assert done.returncode == 0, done.stderr
 
 
@@ -46,38 +46,38 @@ def _exit_code(runtime: Runtime, name: str) -> int:
     return int(done.stdout)
 
 
-def test_stop_kills_a_process_ignoring_sigterm_after_the_timeout(local_runtime: Runtime) -> None:
-    name = _run_detached(local_runtime, "sh", "-c", "trap '' TERM; while true; do sleep 1; done")
+def test_stop_kills_a_process_ignoring_sigterm_after_the_timeout(runtime: Runtime) -> None:
+    name = _run_detached(runtime, "sh", "-c", "trap '' TERM; while true; do sleep 1; done")
     started = time.monotonic()
-    done = podman(local_runtime, "stop", "-t", "2", name)
+    done = podman(runtime, "stop", "-t", "2", name)
     elapsed = time.monotonic() - started
     assert done.returncode == 0, done.stderr
     assert 2 <= elapsed < 15
-    assert _exit_code(local_runtime, name) == 137
-    assert podman(local_runtime, "rm", name).returncode == 0
+    assert _exit_code(runtime, name) == 137
+    assert podman(runtime, "rm", name).returncode == 0
 
 
-def test_stop_of_a_shell_that_honours_sigterm_is_quick(local_runtime: Runtime) -> None:
-    name = _run_detached(local_runtime, "sh", "-c", "trap 'exit 143' TERM; while true; do sleep 0.1; done")
+def test_stop_of_a_shell_that_honours_sigterm_is_quick(runtime: Runtime) -> None:
+    name = _run_detached(runtime, "sh", "-c", "trap 'exit 143' TERM; while true; do sleep 0.1; done")
     started = time.monotonic()
-    assert podman(local_runtime, "stop", "-t", "10", name).returncode == 0
+    assert podman(runtime, "stop", "-t", "10", name).returncode == 0
     assert time.monotonic() - started < 5
-    assert _exit_code(local_runtime, name) == 143
-    assert podman(local_runtime, "rm", name).returncode == 0
+    assert _exit_code(runtime, name) == 143
+    assert podman(runtime, "rm", name).returncode == 0
 
 
-def test_kill_ends_the_container(local_runtime: Runtime) -> None:
-    name = _run_detached(local_runtime, "sleep", "1000")
-    assert podman(local_runtime, "kill", name).returncode == 0
-    assert podman(local_runtime, "wait", name).stdout.strip() == b"137"
-    assert podman(local_runtime, "rm", name).returncode == 0
+def test_kill_ends_the_container(runtime: Runtime) -> None:
+    name = _run_detached(runtime, "sleep", "1000")
+    assert podman(runtime, "kill", name).returncode == 0
+    assert podman(runtime, "wait", name).stdout.strip() == b"137"
+    assert podman(runtime, "rm", name).returncode == 0
 
 
-def test_rm_force_removes_a_running_container(local_runtime: Runtime) -> None:
-    name = _run_detached(local_runtime, "sleep", "1000")
-    done = podman(local_runtime, "rm", "-f", "-t", "1", name)
+def test_rm_force_removes_a_running_container(runtime: Runtime) -> None:
+    name = _run_detached(runtime, "sleep", "1000")
+    done = podman(runtime, "rm", "-f", "-t", "1", name)
     assert done.returncode == 0, done.stderr
-    listed = podman(local_runtime, "ps", "-a", "--format", "{{.Names}}").stdout.decode()
+    listed = podman(runtime, "ps", "-a", "--format", "{{.Names}}").stdout.decode()
     assert name not in listed.split()
 
 
@@ -85,14 +85,14 @@ def _tmux(*args: str) -> str:
     return subprocess.run(["tmux", *args], capture_output=True, text=True, check=True).stdout
 
 
-def test_interactive_terminal_under_tmux(local_runtime: Runtime, tmp_path: Path) -> None:
+def test_interactive_terminal_under_tmux(runtime: Runtime, tmp_path: Path) -> None:
     require("tmux", "tmux")
     session = f"pyscrun-{uuid.uuid4().hex[:8]}"
     env = podman_env()
     exports = " ".join(f"{k}={v}" for k, v in env.items()
                        if k.startswith("CONTAINERS_"))
     result = tmp_path / "result"
-    command = (f"env {exports} podman --runtime {local_runtime.wrapper} run -it --rm {IMAGE} sh;"
+    command = (f"env {exports} podman --runtime {runtime.wrapper} run -it --rm {IMAGE} sh;"
                f" echo $? > {result}")
     _tmux("new-session", "-d", "-s", session, "-x", "100", "-y", "30", command)
     try:

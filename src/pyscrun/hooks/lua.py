@@ -1,0 +1,230 @@
+"""scrun.lua host: the site's stage-in and stage-out functions, run in an embedded Lua 5.4.
+
+The script lives beside slurm.conf and is the one Slurm's scrun runs, so it sees the
+same `slurm` table (see prelude.py) and the same calling conventions. It is loaded
+once per container, in the anchor; lupa is imported only then, so the CLI's hot path
+never pays for it.
+
+Errors leave as one-line HookErrors naming the script and line: the chunk is loaded
+under its bare file name (Lua would truncate a long path in its messages) and the
+full path is put back here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pyscrun import log
+from pyscrun.errors import ScrunError
+from pyscrun.hooks import prelude
+from pyscrun.hooks.luajson import LuaJson
+from pyscrun.hooks.timestr import time_str2mins
+
+# (script) -> (exit status, combined output)
+CommandRunner = Callable[[str], tuple[int, str]]
+
+STAGE_IN = "slurm_scrun_stage_in"
+STAGE_OUT = "slurm_scrun_stage_out"
+# Slurm's SLURM_SUCCESS and SLURM_ERROR (slurm/slurm_errno.h).
+SUCCESS, ERROR = 0, -1
+# slurm.log's levels 0..4 and above, as Slurm's _log_lua_msg maps them.
+_LOG_LEVELS = (log.INFO, log.VERBOSE, log.DEBUG, log.DEBUG2, log.DEBUG3)
+# Longest error message passed on: a script may raise whole command outputs.
+_MAX_MESSAGE = 1000
+
+_said_absent: set[Path] = set()
+
+
+class HookError(ScrunError):
+    """scrun.lua failed to load, lacks a function, raised an error or returned failure."""
+
+
+@dataclass
+class StageResult:
+    bundle: str  # the bundle path the container now runs from (set_bundle_path)
+    root_path: str  # its root filesystem (set_root_path)
+
+
+def _bytes(text: str) -> bytes:
+    return os.fsencode(text)
+
+
+def _exit_status(status: int) -> int:
+    """subprocess's -N for a signal as a shell reports it, 128+N."""
+    return 128 - status if status < 0 else status
+
+
+class ScrunLua:
+    """One loaded scrun.lua with its own Lua state; use load() to make one."""
+
+    def __init__(self, path: Path, remote_command: CommandRunner, bundle: str,
+                 root_path: str) -> None:
+        self.path = path
+        self.remote_command = remote_command
+        self.orig_bundle, self.orig_root_path = bundle, root_path
+        self.bundle, self.root_path = bundle, root_path
+        lupa = importlib.import_module("lupa.lua54")
+        self._lua_error: type[Exception] = lupa.LuaError
+        # encoding=None: Lua strings are bytes both ways, as paths and file contents are.
+        self.runtime = lupa.LuaRuntime(encoding=None, unpack_returned_tuples=True,
+                                       register_eval=False, register_builtins=False)
+        self.json = LuaJson(self.runtime)
+        callbacks = self.runtime.table_from({
+            b"log": self._log,
+            b"set_bundle": self._set_bundle,
+            b"set_root": self._set_root,
+            b"remote_command": self._remote_command,
+            b"allocator_command": self._allocator_command,
+            b"time_str2mins": self._time_str2mins,
+            b"encode": self.json.encode,
+            b"decode": self.json.decode,
+        })
+        self._call = self.runtime.execute(prelude.SOURCE, _bytes(path.name), callbacks,
+                                          self.json.null)
+
+    # -- the script ----------------------------------------------------------------------
+    def _load(self) -> None:
+        try:
+            source = self.path.read_bytes()
+        except OSError as err:
+            raise HookError(f"cannot read {self.path}: {err.strerror}") from None
+        # As luaL_loadfile: skip a UTF-8 byte order mark and a first line starting with
+        # '#' (a shebang), keeping its newline so that line numbers stay right.
+        source = source.removeprefix(b"\xef\xbb\xbf")
+        if source.startswith(b"#"):
+            newline = source.find(b"\n")
+            source = b"" if newline < 0 else source[newline:]
+        # Both results always come back, a tuple for lupa, even when the load worked.
+        loader = self.runtime.eval("function(s, n) local f, e = load(s, n, 'bt'); return f, e end")
+        chunk, message = loader(source, b"@" + _bytes(self.path.name))
+        if chunk is None:
+            raise HookError(self._where(message))
+        line, ok, value, number = self._run(chunk)
+        if not ok:
+            raise HookError(self._where(value))
+        # Slurm takes the chunk's result as a number, nothing (or not a number) as 0.
+        rc = _as_int(number)
+        if rc != SUCCESS:
+            raise HookError(f"{self._at(line)} returned {rc} on load instead of slurm.SUCCESS")
+        lua_globals = self.runtime.globals()
+        missing = [name for name in (STAGE_IN, STAGE_OUT)
+                   if self.runtime.eval("type")(lua_globals[_bytes(name)]) != b"function"]
+        if missing:
+            raise HookError(f"{self.path}: required function {' and '.join(missing)} "
+                            f"{'is' if len(missing) == 1 else 'are'} not defined")
+
+    def _run(self, function: Any, *args: Any) -> tuple[int, bool, Any, Any]:
+        try:
+            line, ok, value, number = self._call(function, *args)
+        except self._lua_error as err:  # lupa itself failing: xpcall catches the rest
+            raise HookError(self._where(str(err))) from None
+        return line, ok, value, number
+
+    def _stage(self, name: str, *args: Any) -> None:
+        function = self.runtime.globals()[_bytes(name)]
+        if self.runtime.eval("type")(function) != b"function":
+            # As Slurm: checked at load; a script that removed it since is let be.
+            log.current.debug(f"{self.path}: {name}() missing")
+            return
+        line, ok, value, number = self._run(function, *args)
+        if not ok:
+            raise HookError(f"{name}: {self._where(value)}")
+        if number is None:
+            # Slurm too takes a result that is not a number as success, saying so.
+            log.current.info(f"{self.path}: {name}: non-numeric return code")
+            return
+        rc = _as_int(number)
+        if rc != SUCCESS:
+            raise HookError(f"{name}: {self._at(line)} returned {rc} instead of slurm.SUCCESS")
+
+    def stage_in(self, container_id: str, bundle: str, spool_dir: str, config_file: str,
+                 job_id: int, user_id: int, group_id: int, job_env: list[str]) -> StageResult:
+        # A sequence 1..n that ipairs walks completely (Slurm's own starts at 0).
+        env = self.runtime.table_from([_bytes(entry) for entry in job_env])
+        self._stage(STAGE_IN, _bytes(container_id), _bytes(bundle), _bytes(spool_dir),
+                    _bytes(config_file), job_id, user_id, group_id, env)
+        return StageResult(self.bundle, self.root_path)
+
+    def stage_out(self, container_id: str, bundle: str, orig_bundle: str, root_path: str,
+                  orig_root_path: str, spool_dir: str, config_file: str, job_id: int,
+                  user_id: int, group_id: int) -> None:
+        self._stage(STAGE_OUT, _bytes(container_id), _bytes(bundle), _bytes(orig_bundle),
+                    _bytes(root_path), _bytes(orig_root_path), _bytes(spool_dir),
+                    _bytes(config_file), job_id, user_id, group_id)
+
+    # -- messages ------------------------------------------------------------------------
+    def _where(self, message: Any) -> str:
+        """A Lua message as one line, the script's bare name replaced by its path."""
+        text = message.decode(errors="replace") if isinstance(message, bytes) else str(message)
+        text = re.sub(r"\s*\n\s*", " ", text.strip())
+        if len(text) > _MAX_MESSAGE:
+            text = text[:_MAX_MESSAGE] + "..."
+        name = self.path.name
+        if re.match(re.escape(name) + r":\d+:", text):
+            return str(self.path) + text[len(name):]
+        return f"{self.path}: {text}"
+
+    def _at(self, line: int) -> str:
+        return f"{self.path}:{line}:" if line > 0 else f"{self.path}:"
+
+    # -- the slurm table's Python side (prelude.py checks argument types) ------------------
+    def _log(self, level: Any, message: bytes) -> None:
+        text = message.decode(errors="replace")
+        if level is None:  # slurm.error
+            log.current.error(f"scrun.lua: {text}")
+            return
+        number = _as_int(level)
+        if number >= 0:
+            log.current.log(_LOG_LEVELS[number] if number < len(_LOG_LEVELS) else log.DEBUG4,
+                            f"scrun.lua: {text}")
+
+    def _set_bundle(self, path: bytes) -> bytes:
+        log.current.debug(f"scrun.lua: bundle path {self.bundle} -> {os.fsdecode(path)}")
+        self.bundle = os.fsdecode(path)
+        return _bytes(self.orig_bundle)
+
+    def _set_root(self, path: bytes) -> bytes:
+        log.current.debug(f"scrun.lua: root path {self.root_path} -> {os.fsdecode(path)}")
+        self.root_path = os.fsdecode(path)
+        return _bytes(self.orig_root_path)
+
+    def _remote_command(self, script: bytes) -> tuple[int, bytes]:
+        log.current.debug(f"scrun.lua: remote command: {os.fsdecode(script)}")
+        status, output = self.remote_command(os.fsdecode(script))
+        return _exit_status(status), _bytes(output)
+
+    def _allocator_command(self, script: bytes) -> tuple[int, bytes]:
+        from pyscrun.backends.local import run_shell
+
+        log.current.debug(f"scrun.lua: allocator command: {os.fsdecode(script)}")
+        status, output = run_shell(os.fsdecode(script))
+        return _exit_status(status), _bytes(output)
+
+    def _time_str2mins(self, text: bytes | None) -> int:
+        return time_str2mins(None if text is None else text.decode(errors="replace"))
+
+
+def _as_int(number: Any) -> int:
+    """A Lua number as C's (int) cast takes it: truncated; nothing or NaN as 0."""
+    if number is None or (isinstance(number, float) and not math.isfinite(number)):
+        return 0
+    return int(number)
+
+
+def load(path: Path, remote_command: CommandRunner, bundle: str, root_path: str) -> ScrunLua | None:
+    """The script at path, loaded and checked; None (said once at info level) if absent."""
+    if not os.path.lexists(path):
+        if path not in _said_absent:
+            _said_absent.add(path)
+            log.current.info(f"no {path}: containers are not staged")
+        return None
+    hooks = ScrunLua(path, remote_command, bundle, root_path)
+    hooks._load()
+    return hooks

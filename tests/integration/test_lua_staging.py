@@ -1,0 +1,136 @@
+"""scrun.lua under real podman on the loopback Slurm cluster: the man page's rsync
+staging, remote commands on every node, and each way a script can fail."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.harness import (
+    IMAGE,
+    RUN_OCI_CONF,
+    Cluster,
+    LeakCheck,
+    Runtime,
+    make_slurm_runtime,
+    podman,
+    wait_for,
+)
+from tests.unit.test_lua_example import with_scratch_path
+
+NODES = 3
+
+
+@pytest.fixture
+def cluster_conf(cluster: Cluster) -> Path:
+    """slurm.conf of the shared loopback cluster, with three nodes."""
+    return cluster.up(NODES)
+
+
+@pytest.fixture
+def staged(cluster_conf: Path, tmp_path: Path) -> Iterator[tuple[Runtime, Path]]:
+    """A runtime whose conf dir (slurm.conf linked beside oci.conf) gets the test's
+    scrun.lua; nothing of the test may be left afterwards, job included."""
+    runtime = make_slurm_runtime(tmp_path, cluster_conf, RUN_OCI_CONF)
+    leaks = LeakCheck(runtime, str(tmp_path), cluster_conf)
+    yield runtime, tmp_path
+    leaks.check()
+
+
+def _podman_ok(runtime: Runtime, *args: str) -> str:
+    done = podman(runtime, *args)
+    assert done.returncode == 0, done.stderr.decode()
+    return done.stdout.decode().strip()
+
+
+def test_man_page_rsync_example(staged: tuple[Runtime, Path]) -> None:
+    runtime, base = staged
+    scratch = base / "scratch"
+    (runtime.conf_dir / "scrun.lua").write_text(with_scratch_path(scratch))
+    # The container records the source of its root mount, writes a file, and waits
+    # until the test has looked at the staged bundle.
+    command = ("awk '$5 == \"/\" {print $4}' /proc/self/mountinfo > /root-source; "
+               "touch /staged-out; while [ ! -e /proceed ]; do sleep 0.1; done")
+    cid = _podman_ok(runtime, "run", "-d", IMAGE, "sh", "-c", command)
+    try:
+        stage_dir = scratch / str(os.getuid()) / "slurm" / "scrun" / cid
+        staged_rootfs = stage_dir / "rootfs"
+        wait_for(lambda: (staged_rootfs / "staged-out").exists(), 60, "the container's file")
+        config = json.loads((stage_dir / "config.json").read_text())
+        assert os.path.normpath(config["root"]["path"]) == str(staged_rootfs)
+        root_source = (staged_rootfs / "root-source").read_text().strip()
+        assert root_source.endswith(f"/slurm/scrun/{cid}/rootfs"), root_source
+        (staged_rootfs / "proceed").touch()
+        assert _podman_ok(runtime, "wait", cid) == "0"
+        # stage_out has run before the container was reported stopped.
+        changed = _podman_ok(runtime, "diff", cid).splitlines()
+        assert "A /staged-out" in changed, changed
+        assert not stage_dir.exists()
+    finally:
+        podman(runtime, "rm", "-f", cid)
+
+
+def test_remote_command_runs_on_every_node(staged: tuple[Runtime, Path]) -> None:
+    runtime, base = staged
+    out = base / "hostnames"
+    (runtime.conf_dir / "scrun.lua").write_text(f"""\
+function slurm_scrun_stage_in(id, bundle, spool_dir, config_file, job_id, user_id, group_id, job_env)
+  local status, output = slurm.remote_command("hostname")
+  local file = io.open("{out}", "w")
+  file:write(string.format("%d\\n%s", status, output))
+  file:close()
+  return slurm.SUCCESS
+end
+function slurm_scrun_stage_out() return slurm.SUCCESS end
+return slurm.SUCCESS
+""")
+    _podman_ok(runtime, "run", "--rm", "-e", f"SCRUN_JOB_NUM_NODES={NODES}", IMAGE, "true")
+    status, *names = out.read_text().split()
+    assert status == "0"
+    assert sorted(names) == [f"n{i}" for i in range(1, NODES + 1)]
+
+
+STAGE_FUNCTIONS = """\
+function slurm_scrun_stage_in() return slurm.SUCCESS end
+function slurm_scrun_stage_out() return slurm.SUCCESS end
+"""
+
+FAILURES = {
+    "syntax error": ("function slurm_scrun_stage_in(\n  x = \nend\n",
+                     "scrun.lua:2: ')' expected near '='"),
+    "missing function": ("function slurm_scrun_stage_in() end\nreturn slurm.SUCCESS\n",
+                         "scrun.lua: required function slurm_scrun_stage_out is not defined"),
+    "runtime error on load": (STAGE_FUNCTIONS + "local x\nx()\n",
+                              "scrun.lua:4: attempt to call a nil value (local 'x')"),
+    "failure on load": (STAGE_FUNCTIONS + "return slurm.ERROR\n",
+                        "scrun.lua:3: returned -1 on load instead of slurm.SUCCESS"),
+    "runtime error in stage_in": (
+        "function slurm_scrun_stage_in(id)\n  local config\n  return config.root\nend\n"
+        "function slurm_scrun_stage_out() end\n",
+        "slurm_scrun_stage_in: {conf}/scrun.lua:3: attempt to index a nil value (local 'config')"),
+    "failure in stage_in": (
+        "function slurm_scrun_stage_in(id)\n  slurm.log_info('refusing %s', id)\n"
+        "  return slurm.ERROR\nend\nfunction slurm_scrun_stage_out() end\n",
+        "slurm_scrun_stage_in: {conf}/scrun.lua:3: returned -1 instead of slurm.SUCCESS"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FAILURES))
+def test_failures_are_one_clear_line_and_leave_nothing(staged: tuple[Runtime, Path],
+                                                       case: str) -> None:
+    runtime, _ = staged
+    script, expect = FAILURES[case]
+    (runtime.conf_dir / "scrun.lua").write_text(script)
+    done = podman(runtime, "run", "--rm", IMAGE, "true")
+    assert done.returncode != 0
+    stderr = done.stderr.decode()
+    expect = expect.format(conf=runtime.conf_dir)
+    if not expect.startswith("slurm_scrun"):
+        expect = f"{runtime.conf_dir}/{expect}"
+    lines = [line for line in stderr.splitlines() if "scrun.lua" in line]
+    assert len(lines) == 1, stderr
+    assert lines[0].endswith(expect), stderr
