@@ -47,6 +47,10 @@ class BackendError(ScrunError):
     """The scheduler (or the local backend) refused or failed an operation."""
 
 
+class CheckpointError(ScrunError):
+    """A checkpoint or restart with CRIU could not be done (srun_cr)."""
+
+
 # The one place where errors become exit codes. runc uses 1 for every failure;
 # usage errors get 2, as argument parsers conventionally do.
 EXIT_CODES: dict[type[BaseException], int] = {

@@ -3,27 +3,29 @@
 create forks it; it allocates the job, reports `created` through a pipe, then serves
 the control socket until the container has run and its job is released. It exits with
 the container's exit status, which is what conmon (a subreaper) reports to podman.
+A restore is a create that launches the node agents at once and reports only when
+every task runs again.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import selectors
 import signal
 import socket
 import time
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from pyscrun import backends, log
+from pyscrun import backends, log, selfpipe
 from pyscrun.anchor import console, jobenv, protocol
-from pyscrun.anchor.store import Store, write_atomic
+from pyscrun.anchor.agents import Agents, Connection
+from pyscrun.anchor.spawn import CreateRequest, write_all
+from pyscrun.anchor.store import write_atomic
 from pyscrun.backends.base import Allocation, LaunchRequest, Step
 from pyscrun.conf import scrun_env
-from pyscrun.conf.site import Site
 from pyscrun.errors import InvalidState, ScrunError
-from pyscrun.oci.bundle import Bundle
 from pyscrun.oci.state import CREATED, RUNNING, STOPPED, ContainerState, process_start_time
 
 if TYPE_CHECKING:
@@ -32,27 +34,6 @@ if TYPE_CHECKING:
 _TERMINATING_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # After SIGKILL was ordered, how long the step may take before its launcher is killed.
 KILL_GRACE = 10.0
-
-
-@dataclass
-class CreateRequest:
-    container_id: str
-    bundle: Bundle
-    store: Store
-    site: Site
-    console_socket: str | None
-    pid_file: str | None
-    environ: dict[str, str]
-    job_options: dict[str, str] = field(default_factory=dict)
-    log_file: str | None = None
-    log_format: str = "text"
-
-
-class _Client:
-    def __init__(self, conn: socket.socket) -> None:
-        self.conn = conn
-        self.reader = protocol.LineReader()
-        self.is_agent = False
 
 
 class Anchor:
@@ -67,12 +48,11 @@ class Anchor:
         self.step: Step | None = None
         self.listener: socket.socket | None = None
         self.terminal_fd: int | None = None
-        self.agents: list[_Client] = []
-        self.pending_kills: list[int] = []
-        self.reported: list[int] = []
+        self.agents = Agents()
         self.kill_deadline: float | None = None
         self.exit_status: int | None = None
         self.hooks: ScrunLua | None = None
+        self.ready_fd: int | None = None  # open while a restore waits for its tasks
         bundle = request.bundle
         self.state = ContainerState(
             id=request.container_id, bundle=str(bundle.path), pid=os.getpid(),
@@ -87,8 +67,7 @@ class Anchor:
     # -- create ----------------------------------------------------------------------
     def _setup(self) -> None:
         self.store.save(self.state)
-        socket_path = self.store.socket_path(self.state.id)
-        self.listener = protocol.listen(socket_path)
+        self.listener = protocol.listen(self.store.socket_path(self.state.id))
         self.listener.setblocking(False)
         self.selector.register(self.listener, selectors.EVENT_READ, "listen")
         if self.request.bundle.terminal:
@@ -112,21 +91,31 @@ class Anchor:
         self.store.save(self.state)
         if self.request.pid_file:
             write_atomic(os.path.abspath(self.request.pid_file), str(os.getpid()).encode(), 0o644)
+        if self.request.restore is not None:
+            self._start()
 
     def run(self, ready_fd: int) -> NoReturn:
-        _install_signal_relay(self.selector)
+        selfpipe.install(self.selector, _TERMINATING_SIGNALS, "signal")
         try:
             self._setup()
         except BaseException as err:
             message = str(err) if isinstance(err, ScrunError | OSError) else repr(err)
             log.current.error(f"create failed: {message}")
             self._release()
-            _write_all(ready_fd, f"error {message}\n".encode())
+            write_all(ready_fd, f"error {message}\n".encode())
             os._exit(1)
-        _write_all(ready_fd, b"ok\n")
-        os.close(ready_fd)
+        self.ready_fd = ready_fd
+        if self.request.restore is None:
+            self._report_ready(None)
         status = self._serve()
         os._exit(status & 0xFF)
+
+    def _report_ready(self, error: str | None) -> None:
+        if self.ready_fd is None:
+            return
+        write_all(self.ready_fd, f"error {error}\n".encode() if error else b"ok\n")
+        os.close(self.ready_fd)
+        self.ready_fd = None
 
     # -- serving ---------------------------------------------------------------------
     def _serve(self) -> int:
@@ -134,8 +123,7 @@ class Anchor:
             timeout = None
             if self.kill_deadline is not None:
                 timeout = max(0.0, self.kill_deadline - time.monotonic())
-            events = self.selector.select(timeout)
-            for key, _ in events:
+            for key, _ in self.selector.select(timeout):
                 self._dispatch(key)
                 if self.exit_status is not None:
                     break
@@ -149,26 +137,17 @@ class Anchor:
         if data == "listen":
             self._accept()
         elif data == "signal":
-            signums = key.fileobj.recv(256)  # type: ignore[union-attr]
-            if any(s in _TERMINATING_SIGNALS for s in signums):
+            if any(s in _TERMINATING_SIGNALS for s in selfpipe.received(key.fileobj)):  # type: ignore[arg-type]
                 log.current.info("terminating on signal: cancelling the container")
                 self._kill(signal.SIGKILL)
         elif data == "step":
             assert self.step is not None
             # Agents report their container's status and exit 0; a task that could
             # not report (killed) leaves its status in the launcher's own.
-            self.exit_status = max([self.backend_wait(self.step), *self.reported])
-        elif isinstance(data, _Client):
+            self.exit_status = max([_wait(self.step.pid), *self.agents.exit_statuses])
+            self._report_ready(f"restore failed: {self.agents.last_error or 'the step ended'}")
+        elif isinstance(data, Connection):
             self._read(data)
-
-    def backend_wait(self, step: Step) -> int:
-        try:
-            _, status = os.waitpid(step.pid, 0)
-        except ChildProcessError:
-            return 255
-        if os.WIFSIGNALED(status):
-            return 128 + os.WTERMSIG(status)
-        return os.waitstatus_to_exitcode(status)
 
     def _accept(self) -> None:
         assert self.listener is not None
@@ -180,15 +159,15 @@ class Anchor:
             conn.close()
             return
         conn.setblocking(False)
-        self.selector.register(conn, selectors.EVENT_READ, _Client(conn))
+        self.selector.register(conn, selectors.EVENT_READ, Connection(conn))
 
-    def _drop(self, client: _Client) -> None:
+    def _drop(self, client: Connection) -> None:
         self.selector.unregister(client.conn)
         client.conn.close()
-        if client in self.agents:
-            self.agents.remove(client)
+        self.agents.gone(client)
+        self._answer_checkpoint()
 
-    def _read(self, client: _Client) -> None:
+    def _read(self, client: Connection) -> None:
         try:
             data = client.conn.recv(65536)
             messages = client.reader.feed(data) if data else None
@@ -202,28 +181,23 @@ class Anchor:
                 reply = self._handle(client, message)
             except ScrunError as err:
                 reply = {"ok": False, "error": str(err)}
-            if reply is not None:
-                try:
-                    client.conn.sendall(protocol.encode(reply))
-                except OSError:
-                    self._drop(client)
-                    return
+            if reply is not None and not client.send(reply):
+                self._drop(client)
+                return
 
-    def _handle(self, client: _Client, message: dict[str, Any]) -> dict[str, Any] | None:
-        op = message.get("op")
-        if message.get("event") == "exit" and client.is_agent:
-            self.reported.append(int(message.get("status", 255)))
+    def _handle(self, client: Connection, message: dict[str, Any]) -> dict[str, Any] | None:
+        if client.task is not None:
+            self._agent_event(client, message)
             return None
+        op = message.get("op")
         if op in ("agent-hello", "agent-error"):
             if not secrets.compare_digest(str(message.get("token", "")), self.token):
                 raise ScrunError("bad agent token")
             if op == "agent-error":
-                log.current.error(f"node agent: {message.get('message', '')}")
+                self.agents.last_error = str(message.get("message", ""))
+                log.current.error(f"node agent: {self.agents.last_error}")
                 return {"ok": True}
-            client.is_agent = True
-            self.agents.append(client)
-            for signum in self.pending_kills:
-                self._send_kill(client, signum)
+            self.agents.hello(client, str(message.get("task", "0")), str(message.get("node", "")))
             return None
         if op == "start":
             self._start()
@@ -231,9 +205,26 @@ class Anchor:
             self._kill(int(message.get("signal", signal.SIGTERM)))
         elif op == "delete":
             self._kill(signal.SIGKILL)
+        elif op == "checkpoint":
+            self._checkpoint(client, message)
+            return None
         elif op != "state":
             raise ScrunError(f"unknown operation {op!r}")
         return {"ok": True, "state": self.state.oci_document()}
+
+    def _agent_event(self, agent: Connection, message: dict[str, Any]) -> None:
+        event = message.get("event")
+        if event == "exit":
+            self.agents.exit_statuses.append(int(message.get("status", 255)))
+        elif event == "running":
+            self.agents.running += 1
+            restore = self.request.restore
+            if restore is not None and self.agents.running >= int(restore.get("tasks", 1)):
+                self._report_ready(None)
+        elif event == "checkpointed":
+            error = message.get("error")
+            self.agents.checkpointed(agent, str(error) if error else None)
+            self._answer_checkpoint()
 
     # -- operations --------------------------------------------------------------------
     def _start(self) -> None:
@@ -242,16 +233,19 @@ class Anchor:
         assert self.allocation is not None
         self.state.status = RUNNING
         self.store.save(self.state)
+        agent_env = {
+            "PYSCRUN_AGENT_CONTAINER_ID": self.state.id,
+            "PYSCRUN_AGENT_BUNDLE": self.run_bundle,
+            "PYSCRUN_AGENT_SLURM_CONF": str(self.site.slurm_conf),
+            "PYSCRUN_AGENT_SOCKET": self.store.socket_path(self.state.id),
+            "PYSCRUN_AGENT_TOKEN": self.token,
+            "PYSCRUN_AGENT_JOB_ID": self.allocation.job_id,
+            "PYSCRUN_AGENT_OWN_JOB": "1" if self.allocation.owned else "",
+        }
+        if self.request.restore is not None:
+            agent_env["PYSCRUN_AGENT_RESTORE"] = json.dumps(self.request.restore)
         request = LaunchRequest(
-            agent_env={
-                "PYSCRUN_AGENT_CONTAINER_ID": self.state.id,
-                "PYSCRUN_AGENT_BUNDLE": self.run_bundle,
-                "PYSCRUN_AGENT_SLURM_CONF": str(self.site.slurm_conf),
-                "PYSCRUN_AGENT_SOCKET": str(self.store.socket_path(self.state.id)),
-                "PYSCRUN_AGENT_TOKEN": self.token,
-                "PYSCRUN_AGENT_JOB_ID": self.allocation.job_id,
-                "PYSCRUN_AGENT_OWN_JOB": "1" if self.allocation.owned else "",
-            },
+            agent_env=agent_env,
             job_env={**self._output_env(), **self.allocation.env},
             terminal_fd=self.terminal_fd,
             step_args=scrun_env.arguments(self.request.job_options, scrun_env.STEP),
@@ -261,13 +255,54 @@ class Anchor:
         except ScrunError:
             self.exit_status = 255
             raise
-        pidfd = os.pidfd_open(self.step.pid)
-        self.selector.register(pidfd, selectors.EVENT_READ, "step")
+        self.selector.register(os.pidfd_open(self.step.pid), selectors.EVENT_READ, "step")
         # The container's stdio now belongs to the step alone.
         _detach_stdio()
         if self.terminal_fd is not None:
             os.close(self.terminal_fd)
             self.terminal_fd = None
+
+    def _kill(self, signum: int) -> None:
+        status = self.state.status
+        if status == CREATED:
+            # Nothing runs yet: the container is over before it started.
+            self.exit_status = 128 + signum
+            return
+        if status != RUNNING:
+            raise InvalidState(f"cannot kill a container that is {status}")
+        if signum == signal.SIGKILL and self.kill_deadline is None:
+            self.kill_deadline = time.monotonic() + KILL_GRACE
+        self.agents.kill(signum)
+
+    def _checkpoint(self, client: Connection, order: dict[str, Any]) -> None:
+        if self.state.status != RUNNING:
+            raise InvalidState(f"cannot checkpoint a container that is {self.state.status}")
+        if self.agents.round is not None:
+            raise InvalidState("a checkpoint of this container is already in progress")
+        if not self.agents.connected:
+            raise ScrunError("the container's node agents are not connected (yet)")
+        if self.terminal_fd is not None or self.request.bundle.terminal:
+            raise ScrunError("checkpoint of a container with a terminal is not supported")
+        self.agents.start_checkpoint(client, order)
+        self._answer_checkpoint()
+
+    def _answer_checkpoint(self) -> None:
+        client = self.agents.round_client
+        reply = self.agents.finish_checkpoint(self.state.id, self.state.job_id)
+        if reply is not None and client is not None:
+            client.send(reply)
+
+    def _force_stop(self) -> None:
+        """The step ignored SIGKILL for KILL_GRACE seconds: kill its launcher."""
+        self.kill_deadline = None
+        if self.step is not None:
+            log.current.error("container did not stop after SIGKILL: killing its step")
+            try:
+                os.kill(self.step.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        else:
+            self.exit_status = 128 + signal.SIGKILL
 
     # -- staging (scrun.lua) -------------------------------------------------------------
     def _stage_in(self) -> None:
@@ -284,7 +319,7 @@ class Anchor:
             return
         job_env = [f"{k}={v}" for k, v in {**self._output_env(), **allocation.env}.items()]
         staged = self.hooks.stage_in(
-            state.id, state.bundle, str(self.store.spool_dir(state.id)),
+            state.id, state.bundle, self.store.spool_dir(state.id),
             str(self.request.bundle.config_path), _job_number(allocation.job_id),
             os.getuid(), os.getgid(), job_env,
         )
@@ -297,7 +332,7 @@ class Anchor:
         try:
             self.hooks.stage_out(
                 state.id, self.run_bundle, state.bundle, self.run_rootfs, state.rootfs,
-                str(self.store.spool_dir(state.id)), str(self.request.bundle.config_path),
+                self.store.spool_dir(state.id), str(self.request.bundle.config_path),
                 _job_number(self.allocation.job_id), os.getuid(), os.getgid(),
             )
         except ScrunError as err:
@@ -308,45 +343,12 @@ class Anchor:
         return jobenv.output_env(
             container_id=state.id, anchor_pid=state.pid, bundle=self.run_bundle,
             submission_bundle=str(request.bundle.path), annotations=state.annotations,
-            pid_file=request.pid_file, socket=str(self.store.socket_path(state.id)),
-            spool_dir=str(self.store.spool_dir(state.id)),
-            config_file=str(request.bundle.config_path), root=str(self.store.root),
+            pid_file=request.pid_file, socket=self.store.socket_path(state.id),
+            spool_dir=self.store.spool_dir(state.id),
+            config_file=str(request.bundle.config_path), root=self.store.root,
             rootfs=self.run_rootfs, submission_rootfs=str(request.bundle.rootfs),
             log_file=request.log_file, log_format=request.log_format,
         )
-
-    def _kill(self, signum: int) -> None:
-        status = self.state.status
-        if status == CREATED:
-            # Nothing runs yet: the container is over before it started.
-            self.exit_status = 128 + signum
-            return
-        if status != RUNNING:
-            raise InvalidState(f"cannot kill a container that is {status}")
-        if signum == signal.SIGKILL and self.kill_deadline is None:
-            self.kill_deadline = time.monotonic() + KILL_GRACE
-        if not self.agents:
-            self.pending_kills.append(signum)
-        for agent in list(self.agents):
-            self._send_kill(agent, signum)
-
-    def _send_kill(self, agent: _Client, signum: int) -> None:
-        try:
-            agent.conn.sendall(protocol.encode({"op": "kill", "signal": signum}))
-        except OSError:
-            self._drop(agent)
-
-    def _force_stop(self) -> None:
-        """The step ignored SIGKILL for KILL_GRACE seconds: kill its launcher."""
-        self.kill_deadline = None
-        if self.step is not None:
-            log.current.error("container did not stop after SIGKILL: killing its step")
-            try:
-                os.kill(self.step.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        else:
-            self.exit_status = 128 + signal.SIGKILL
 
     # -- the end -----------------------------------------------------------------------
     def _release(self) -> None:
@@ -376,6 +378,15 @@ class Anchor:
         return status
 
 
+def _wait(pid: int) -> int:
+    """Exit status of a child the way a shell reports it (128+N for signal N)."""
+    try:
+        _, status = os.waitpid(pid, 0)
+    except ChildProcessError:
+        return 255
+    return 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.waitstatus_to_exitcode(status)
+
+
 def _job_number(job_id: str) -> int:
     """Lua sees the job id as a number; the local backend's ids carry a prefix."""
     digits = "".join(c for c in job_id if c.isdigit())
@@ -391,73 +402,8 @@ def _user_name() -> str:
         return str(os.getuid())
 
 
-def _write_all(fd: int, data: bytes) -> None:
-    try:
-        os.write(fd, data)
-    except OSError:
-        pass
-
-
 def _detach_stdio() -> None:
     null = os.open(os.devnull, os.O_RDWR)
     for target in (0, 1, 2):
         os.dup2(null, target)
     os.close(null)
-
-
-def _install_signal_relay(selector: selectors.BaseSelector) -> None:
-    reader, writer = socket.socketpair()
-    reader.setblocking(False)
-    writer.setblocking(False)
-    signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
-    for signum in _TERMINATING_SIGNALS:
-        signal.signal(signum, lambda *_: None)
-    selector.register(reader, selectors.EVENT_READ, "signal")
-    # Keep the writer alive as long as the process.
-    _keep.append(writer)
-
-
-_keep: list[socket.socket] = []
-
-
-def start_anchor(request: CreateRequest, keep_fds: tuple[int, ...]) -> int:
-    """Fork the anchor; returns its pid once it reported created. Raises on failure."""
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(read_fd)
-            os.setsid()
-            # Hold nothing of the caller's but stdio (and fds it asked to preserve).
-            keep = {0, 1, 2, write_fd, *keep_fds, *log.current.open_fds()}
-            for fd in _open_fds():
-                if fd not in keep:
-                    try:
-                        os.close(fd)
-                    except OSError:
-                        pass
-            log.current.detach_stderr()
-            log.current.prefix = f"scrun-anchor[{request.container_id}]"
-            Anchor(request).run(write_fd)
-        finally:
-            os._exit(1)
-    os.close(write_fd)
-    reply = b""
-    while not reply.endswith(b"\n"):
-        chunk = os.read(read_fd, 4096)
-        if not chunk:
-            break
-        reply += chunk
-    os.close(read_fd)
-    if reply == b"ok\n":
-        return pid
-    os.waitpid(pid, 0)
-    message = reply.decode(errors="replace").strip().removeprefix("error ")
-    raise ScrunError(message or "the anchor died while creating the container")
-
-
-def _open_fds() -> list[int]:
-    try:
-        return [int(name) for name in os.listdir("/proc/self/fd")]
-    except OSError:
-        return list(range(3, 1024))

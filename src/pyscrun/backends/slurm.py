@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 
 from pyscrun import log
 from pyscrun.anchor.console import make_controlling_terminal
@@ -23,6 +24,9 @@ from pyscrun.oci.state import ContainerState
 _GRANTED = re.compile(r"Granted job allocation (\d+)")
 # salloc waits in the queue for as long as the job waits; podman allows create ~240 s.
 SALLOC_TIMEOUT = 3600.0
+# How long srun --pty waits for its terminal to be given a size (docker sizes it just
+# after start; podman sets it before, in config.json's consoleSize).
+TERMINAL_SIZE_WAIT = 1.0
 
 
 def _env(site: Site, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -51,6 +55,21 @@ def run_command(site: Site, argv: list[str], timeout: float = 60.0) -> subproces
         raise BackendError(f"{argv[0]} not found: install slurm-client") from None
     except subprocess.TimeoutExpired:
         raise BackendError(f"{argv[0]} did not finish within {timeout:.0f} s") from None
+
+
+def _await_terminal_size(timeout: float) -> None:
+    """Wait (up to timeout) until stdin, a terminal, has a size. srun --pty passes the
+    size it finds at its start to the step, and a resize (SIGWINCH) arriving before the
+    step connected back ends srun's window-size channel ("pty: accept failure")."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            size = os.get_terminal_size(0)
+        except OSError:
+            return
+        if size.lines and size.columns:
+            return
+        time.sleep(0.01)
 
 
 class SlurmBackend:
@@ -100,6 +119,7 @@ class SlurmBackend:
         try:
             if request.terminal_fd is not None:
                 make_controlling_terminal(request.terminal_fd)
+                _await_terminal_size(TERMINAL_SIZE_WAIT)
             else:
                 os.setsid()
             os.execvpe(argv[0], argv, env)

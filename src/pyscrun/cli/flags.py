@@ -70,6 +70,20 @@ _CREATE_FLAGS = (
     Flag(("preserve-fds",), True, "pass N extra file descriptors (from fd 3) to the container"),
 )
 
+# Flags checkpoint and restore share (runc's), passed on to the runtime.
+_CRIU_FLAGS = (
+    Flag(("image-path",), True, "checkpoint image directory (default ./checkpoint)"),
+    Flag(("work-path",), True, "directory for CRIU's logs and work files"),
+    Flag(("tcp-established",), help="allow open TCP connections"),
+    Flag(("ext-unix-sk",), help="allow external unix sockets"),
+    Flag(("shell-job",), help="allow shell jobs"),
+    Flag(("file-locks",), help="handle file locks"),
+    Flag(("manage-cgroups-mode",), True, "cgroups mode: soft, full or strict"),
+    Flag(("empty-ns",), True, "namespace to leave empty"),
+    Flag(("auto-dedup",), help="deduplicate memory pages"),
+    Flag(("lazy-pages",), ignored=True),
+)
+
 VERBS = {
     verb.name: verb
     for verb in (
@@ -93,11 +107,25 @@ VERBS = {
              flags=(Flag(("format", "f"), True, "table or json"), Flag(("quiet", "q"))),
              help="list containers"),
         Verb("features", "pyscrun.cli.query:features", help="print the features document"),
+        Verb("checkpoint", "pyscrun.cli.checkpoint:checkpoint", ("container-id",),
+             flags=(*_CRIU_FLAGS, Flag(("leave-running",), help="keep the container running"),
+                    Flag(("parent-path",), True, ignored=True),
+                    Flag(("pre-dump",), ignored=True), Flag(("status-fd",), True, ignored=True),
+                    Flag(("page-server",), True, ignored=True)),
+             help="checkpoint a running container with CRIU"),
+        Verb("restore", "pyscrun.cli.checkpoint:restore", ("container-id",),
+             flags=(*_CRIU_FLAGS, Flag(("bundle", "b"), True, "bundle directory"),
+                    Flag(("console-socket",), True, "AF_UNIX socket for the pty master"),
+                    Flag(("pid-file",), True, "file to write the anchor's pid to"),
+                    Flag(("detach", "d"), help="return once restored (always so)"),
+                    Flag(("no-subreaper",), ignored=True), Flag(("no-pivot",), ignored=True),
+                    Flag(("lsm-profile",), True, ignored=True),
+                    Flag(("lsm-mount-context",), True, ignored=True)),
+             help="restore a container from a checkpoint, as a new job"),
         *(
             Verb(name, "", ("container-id",), help=f"{name} (not supported yet)",
                  supported=False)
-            for name in ("exec", "pause", "resume", "checkpoint", "restore", "ps",
-                         "update", "events")
+            for name in ("exec", "pause", "resume", "ps", "update", "events")
         ),
     )
 }

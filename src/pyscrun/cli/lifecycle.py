@@ -6,6 +6,7 @@ import os
 import select
 import signal
 import time
+from typing import Any
 
 from pyscrun import log
 from pyscrun.anchor import protocol
@@ -19,14 +20,17 @@ from pyscrun.oci.state import CREATED, RUNNING, STOPPED, ContainerState
 DELETE_TIMEOUT = 30.0
 
 
-def _create(ctx: Context) -> tuple[Store, str, int]:
-    from pyscrun.anchor.daemon import CreateRequest, start_anchor
+def create_container(ctx: Context, restore: dict[str, Any] | None = None) -> tuple[Store, str, int]:
+    """Everything create (and restore) does: check, reserve the id, fork the anchor."""
+    from pyscrun.anchor.spawn import CreateRequest, start_anchor
     from pyscrun.conf import scrun_env, site
     from pyscrun.oci import bundle as oci_bundle
 
     container_id = ctx.container_id
     bundle = oci_bundle.load(ctx.option("bundle") or os.getcwd())
     console_socket = ctx.option("console_socket")
+    if bundle.terminal and restore is not None:
+        raise UsageError("restoring a container with a terminal is not supported yet")
     if bundle.terminal and not console_socket:
         raise UsageError("process.terminal is true but no --console-socket was given")
     preserve = ctx.option("preserve_fds") or "0"
@@ -34,13 +38,16 @@ def _create(ctx: Context) -> tuple[Store, str, int]:
         raise UsageError(f"--preserve-fds needs a number, not {preserve!r}")
     the_site = site.load(ctx.slurm_conf)
     job_options = scrun_env.job_options(ctx.environ, bundle.env)
+    if restore is not None and int(restore.get("tasks", 1)) > 1:
+        # The restored container needs as many tasks as were checkpointed.
+        job_options.setdefault("SCRUN_NTASKS", str(restore["tasks"]))
     store = ctx.store
     store.make_spool_dir(container_id)
     try:
         pid = start_anchor(
             CreateRequest(container_id, bundle, store, the_site, console_socket,
                           ctx.option("pid_file"), ctx.environ, job_options,
-                          ctx.option("log"), ctx.option("log_format") or "text"),
+                          ctx.option("log"), ctx.option("log_format") or "text", restore),
             keep_fds=tuple(range(3, 3 + int(preserve))),
         )
     except BaseException:
@@ -50,7 +57,7 @@ def _create(ctx: Context) -> tuple[Store, str, int]:
 
 
 def create(ctx: Context) -> int:
-    _create(ctx)
+    create_container(ctx)
     return 0
 
 
@@ -71,7 +78,7 @@ def start(ctx: Context) -> int:
 
 
 def run(ctx: Context) -> int:
-    store, container_id, pid = _create(ctx)
+    store, container_id, pid = create_container(ctx)
     _ask(store, store.load(container_id), {"op": "start"})
     if ctx.flag("detach"):
         return 0

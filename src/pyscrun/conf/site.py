@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyscrun.conf import keyvalue, ociconf
+from pyscrun.conf import keyvalue, ociconf, patterns
 from pyscrun.errors import ConfigError
 
 DEFAULT_SLURM_CONF = Path("/etc/slurm/slurm.conf")
@@ -19,7 +19,15 @@ BACKENDS = ("auto", "local", "slurm")
 
 @dataclass(frozen=True)
 class PyscrunConf:
+    """Settings only pyscrun has. The checkpoint patterns use oci.conf's %-patterns;
+    `%@` stands for the checkpoint or restore options pyscrun builds."""
+
     Backend: str = "auto"
+    RunTimeCheckpoint: str = "runc checkpoint %@ %n.%u.%j.%s.%t"
+    RunTimeRestore: str = "runc restore %@ --bundle %b %n.%u.%j.%s.%t"
+
+
+_PYSCRUN_KEYS = {name.lower(): name for name in PyscrunConf.__dataclass_fields__}
 
 
 def _parse_pyscrun_conf(path: Path) -> PyscrunConf:
@@ -31,14 +39,17 @@ def _parse_pyscrun_conf(path: Path) -> PyscrunConf:
         raise ConfigError(f"cannot read {path}: {err}") from None
     values: dict[str, str] = {}
     for key, value, line in keyvalue.parse(text, str(path)):
-        name = {f.lower(): f for f in PyscrunConf.__dataclass_fields__}.get(key.lower())
+        name = _PYSCRUN_KEYS.get(key.lower())
         if name is None:
             raise ConfigError(f"{path}:{line}: unknown directive {key!r}")
+        if name.startswith("RunTime"):
+            patterns.check(value, f"{path}:{line}")
         values[name] = value
     backend = values.get("Backend", "auto").lower()
     if backend not in BACKENDS:
         raise ConfigError(f"{path}: Backend must be one of {', '.join(BACKENDS)}")
-    return PyscrunConf(Backend=backend)
+    values["Backend"] = backend
+    return PyscrunConf(**values)
 
 
 @dataclass(frozen=True)
@@ -46,6 +57,7 @@ class Site:
     slurm_conf: Path
     oci: ociconf.OciConf
     backend: str
+    pyscrun: PyscrunConf
 
     @property
     def conf_dir(self) -> Path:
@@ -63,9 +75,10 @@ def slurm_conf_path(flag: str | None, environ: dict[str, str] | os._Environ[str]
 def load(slurm_conf: Path) -> Site:
     conf_dir = slurm_conf.parent
     oci = ociconf.load(conf_dir / "oci.conf")
-    backend = _parse_pyscrun_conf(conf_dir / "pyscrun.conf").Backend
+    pyscrun = _parse_pyscrun_conf(conf_dir / "pyscrun.conf")
+    backend = pyscrun.Backend
     if backend == "auto":
         backend = "slurm" if slurm_conf.is_file() else "local"
     elif backend == "slurm" and not slurm_conf.is_file():
         raise ConfigError(f"Backend=slurm but {slurm_conf} does not exist")
-    return Site(slurm_conf, oci, backend)
+    return Site(slurm_conf, oci, backend, pyscrun)

@@ -18,12 +18,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from pyscrun import log
+from pyscrun import log, selfpipe
 from pyscrun.anchor import protocol
 from pyscrun.conf import patterns, site
 from pyscrun.conf.ociconf import OciConf
 from pyscrun.errors import RuntimeCommandError, ScrunError
-from pyscrun.node import rewrite
+from pyscrun.node import criu, rewrite
 from pyscrun.node.runtime import RuntimeCommands, stop_and_delete
 from pyscrun.oci import bundle as oci_bundle
 
@@ -89,7 +89,7 @@ class Task:
         self.env = env
         self.terminal = os.isatty(0)
 
-    def prepare(self) -> RuntimeCommands:
+    def prepare(self, more_patterns: dict[str, str]) -> RuntimeCommands:
         self.dir.mkdir(mode=0o700, parents=True, exist_ok=False)
         conf, ident = self.conf, self.ident
         if conf.IgnoreFileConfigJson:
@@ -121,7 +121,7 @@ class Task:
             uid=str(ident.uid), args=args,
         )
         runtime_env = {k: v for k, v in self.env.items() if not k.startswith("PYSCRUN_AGENT_")}
-        return RuntimeCommands(conf, values, self.dir, runtime_env)
+        return RuntimeCommands(conf, values, self.dir, runtime_env, more_patterns)
 
     def cleanup(self) -> None:
         if self.conf.DisableCleanup:
@@ -136,7 +136,7 @@ class Task:
 
 
 class Agent:
-    def __init__(self, env: dict[str, str], conf: OciConf) -> None:
+    def __init__(self, env: dict[str, str], conf: OciConf, more_patterns: dict[str, str]) -> None:
         self.env = env
         self.conf = conf
         self.selector = selectors.DefaultSelector()
@@ -146,6 +146,8 @@ class Agent:
         self.process: subprocess.Popen[bytes] | None = None
         self.container_pid = 0
         self.pending_signals: list[int] = []
+        self.ident = TaskIdentity.from_env(env)
+        self.more_patterns = more_patterns
 
     # -- control channel -------------------------------------------------------------
     def connect(self) -> None:
@@ -155,7 +157,7 @@ class Agent:
         self.control = protocol.connect(path, timeout=10)
         self.control.sendall(protocol.encode({
             "op": "agent-hello", "token": self.env.get("PYSCRUN_AGENT_TOKEN", ""),
-            "task": self.env.get("SLURM_PROCID", "0"),
+            "task": self.ident.task_id, "node": self.ident.node,
         }))
         self.control.setblocking(False)
         self.selector.register(self.control, selectors.EVENT_READ, "control")
@@ -180,6 +182,28 @@ class Agent:
         for message in self.reader.feed(data):
             if message.get("op") == "kill":
                 self.deliver(int(message.get("signal", signal.SIGTERM)))
+            elif message.get("op") == "checkpoint":
+                self._checkpoint(message)
+
+    def _send(self, message: dict[str, object]) -> None:
+        if self.control is None:
+            return
+        try:
+            self.control.setblocking(True)
+            self.control.sendall(protocol.encode(message))
+            self.control.setblocking(False)
+        except OSError:
+            pass
+
+    def _checkpoint(self, order: dict[str, object]) -> None:
+        error = None
+        try:
+            if self.commands is None:
+                raise RuntimeCommandError("the container is not running yet")
+            criu.checkpoint(self.commands, order, self.ident.task_id)
+        except (ScrunError, OSError) as err:
+            error = str(err)
+        self._send({"event": "checkpointed", "error": error})
 
     def _end_orphaned_job(self) -> None:
         """A job the dead anchor allocated would outlive it: end it from here."""
@@ -222,22 +246,8 @@ class Agent:
             return self.container_pid
         return self.process.pid if self.process is not None else 0
 
-    def _install_signal_relay(self) -> None:
-        reader, writer = socket.socketpair()
-        reader.setblocking(False)
-        writer.setblocking(False)
-        signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
-        self._signal_sockets = (reader, writer)
-        for signum in _FORWARDED_SIGNALS:
-            signal.signal(signum, lambda *_: None)
-        self.selector.register(reader, selectors.EVENT_READ, "signal")
-
     def _on_signal(self, reader: socket.socket) -> None:
-        try:
-            data = reader.recv(256)
-        except BlockingIOError:
-            return
-        for signum in data:
+        for signum in selfpipe.received(reader):
             self.deliver(signum)
 
     # -- the run ---------------------------------------------------------------------
@@ -266,6 +276,18 @@ class Agent:
         commands.set_pid(self.process.pid)
         return self.wait_for(self.process.pid)
 
+    def restore_mode(self, commands: RuntimeCommands, order: dict[str, object]) -> int:
+        """Restore the task's container from its images, in the foreground like run."""
+        self.process = commands.spawn("RunTimeRestore", criu.restore_args(order, self.ident.task_id))
+        commands.set_pid(self.process.pid)
+        # create (and so podman) waits until every task runs again, or failed to.
+        while self.process.poll() is None:
+            if commands.running_pid():
+                self._send({"event": "running"})
+                break
+            time.sleep(0.02)
+        return self.wait_for(self.process.pid)
+
     def create_start_mode(self, commands: RuntimeCommands) -> int:
         # The runtime's create forks the container and exits: as subreaper this agent
         # inherits the container process and so learns its exit status.
@@ -290,15 +312,19 @@ class Agent:
         return self.wait_for(pid)
 
     def main(self) -> int:
-        ident = TaskIdentity.from_env(self.env)
-        task = Task(self.conf, ident, self.env)
-        self._install_signal_relay()
+        task = Task(self.conf, self.ident, self.env)
+        selfpipe.install(self.selector, _FORWARDED_SIGNALS, "signal")
         self.connect()
         try:
-            self.commands = commands = task.prepare()
+            self.commands = commands = task.prepare(self.more_patterns)
+            restore = self.env.get("PYSCRUN_AGENT_RESTORE")
             try:
-                status = (self.run_mode(commands) if self.conf.run_mode
-                          else self.create_start_mode(commands))
+                if restore:
+                    status = self.restore_mode(commands, json.loads(restore))
+                elif self.conf.run_mode:
+                    status = self.run_mode(commands)
+                else:
+                    status = self.create_start_mode(commands)
             finally:
                 stop_and_delete(commands)
         finally:
@@ -341,8 +367,10 @@ def _set_child_subreaper() -> None:
 def main(env: dict[str, str]) -> int:
     """Run one task; returns its exit status. Errors become a message and status 255."""
     try:
-        conf = site.load(Path(env["PYSCRUN_AGENT_SLURM_CONF"])).oci
-        return Agent(env, conf).main()
+        the_site = site.load(Path(env["PYSCRUN_AGENT_SLURM_CONF"]))
+        more = {"RunTimeCheckpoint": the_site.pyscrun.RunTimeCheckpoint,
+                "RunTimeRestore": the_site.pyscrun.RunTimeRestore}
+        return Agent(env, the_site.oci, more).main()
     except (ScrunError, OSError, KeyError, ValueError) as err:
         log.current.error(f"node agent: {err}")
         _report_error(env, str(err))

@@ -16,32 +16,39 @@ from pyscrun.errors import RuntimeCommandError
 
 class RuntimeCommands:
     def __init__(self, conf: OciConf, values: patterns.PatternValues, cwd: Path,
-                 environ: dict[str, str]) -> None:
+                 environ: dict[str, str], more: dict[str, str] | None = None) -> None:
         self.conf = conf
+        # Patterns from pyscrun.conf (RunTimeCheckpoint, RunTimeRestore) beside oci.conf's.
+        self.more = more or {}
         self.values = values
         self.cwd = cwd
         exclude = conf.RunTimeEnvExclude
         self.env = {k: v for k, v in environ.items()
                     if not (exclude and exclude.search(f"{k}={v}"))}
 
-    def command(self, directive: str) -> str:
-        pattern: str = getattr(self.conf, directive)
-        return patterns.expand(pattern, self.values)
+    def pattern(self, directive: str) -> str:
+        return self.more.get(directive) or str(getattr(self.conf, directive, ""))
+
+    def command(self, directive: str, args: list[str] | None = None) -> str:
+        values = self.values if args is None else replace(self.values, args=args)
+        return patterns.expand(self.pattern(directive), values)
 
     def set_pid(self, pid: int) -> None:
         self.values = replace(self.values, pid=str(pid))
 
-    def spawn(self, directive: str) -> subprocess.Popen[bytes]:
+    def spawn(self, directive: str, args: list[str] | None = None) -> subprocess.Popen[bytes]:
         """Start a command that inherits stdio: the container's own run or create."""
-        command = self.command(directive)
+        command = self.command(directive, args)
         log.current.debug(f"{directive}: {command}")
         return subprocess.Popen(["/bin/sh", "-c", command], cwd=self.cwd, env=self.env)
 
-    def run(self, directive: str, timeout: float = 60.0) -> tuple[int, str]:
-        """Run a command to completion with its output captured."""
-        if not getattr(self.conf, directive):
+    def run(self, directive: str, timeout: float = 60.0, args: list[str] | None = None,
+            ) -> tuple[int, str]:
+        """Run a command to completion; its status and stdout (stderr goes to the log,
+        and stands in for stdout when the command fails)."""
+        if not self.pattern(directive):
             return 0, ""
-        command = self.command(directive)
+        command = self.command(directive, args)
         log.current.debug(f"{directive}: {command}")
         try:
             done = subprocess.run(
@@ -52,10 +59,9 @@ class RuntimeCommands:
             raise RuntimeCommandError(f"{directive} did not finish within {timeout} s") from None
         output = done.stdout.decode(errors="replace")
         if done.returncode != 0:
-            log.current.debug(
-                f"{directive} exited {done.returncode}: "
-                f"{done.stderr.decode(errors='replace').strip()}"
-            )
+            errors = done.stderr.decode(errors="replace").strip()
+            log.current.debug(f"{directive} exited {done.returncode}: {errors}")
+            output = errors or output
         return done.returncode, output
 
     def query(self) -> dict[str, Any] | None:

@@ -1,0 +1,75 @@
+"""One checkpoint of a container, across all of its tasks: all of them or none.
+
+With one task the agent dumps the container and CRIU ends it, as `runc checkpoint`
+does. With several, every task is first dumped with --leave-running; only when all
+succeeded are they ended (unless the caller asked to leave them running). A failure
+leaves every task running and no images behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from typing import Any
+
+from pyscrun.anchor.store import write_atomic
+from pyscrun.node.criu import MANIFEST, task_image_dir
+
+
+class CheckpointRound:
+    def __init__(self, order: dict[str, Any], tasks: dict[object, str]) -> None:
+        """tasks: each agent's connection (any hashable) -> its task id."""
+        self.order = order
+        self.tasks = tasks
+        self.stop_after = len(tasks) > 1 and not order.get("leave_running")
+        self.results: dict[object, str | None] = {}  # agent -> error (None: success)
+
+    def order_for_agents(self) -> dict[str, Any]:
+        order = dict(self.order)
+        if self.stop_after:
+            order["leave_running"] = True
+        return order
+
+    def record(self, agent: object, error: str | None) -> None:
+        if agent in self.tasks:
+            self.results[agent] = error
+
+    def lost(self, agent: object) -> None:
+        if agent in self.tasks and agent not in self.results:
+            self.results[agent] = "the node agent of the task went away"
+
+    @property
+    def complete(self) -> bool:
+        return len(self.results) == len(self.tasks)
+
+    @property
+    def errors(self) -> list[str]:
+        return [f"task {self.tasks[a]}: {e}" for a, e in self.results.items() if e]
+
+    def discard_images(self) -> None:
+        image_path = str(self.order["image_path"])
+        for task_id in self.tasks.values():
+            task_dir = task_image_dir(image_path, task_id)
+            if task_dir != image_path:
+                shutil.rmtree(task_dir, ignore_errors=True)
+        # The top directory is the caller's; only what was dumped into it goes.
+        for name in os.listdir(image_path) if os.path.isdir(image_path) else ():
+            path = os.path.join(image_path, name)
+            if name.endswith(".img") or name in (MANIFEST, "descriptors.json"):
+                if os.path.isdir(path):
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    os.unlink(path)
+
+    def write_manifest(self, container_id: str, job_id: str, nodes: list[str]) -> None:
+        manifest = {
+            "container": container_id,
+            "job": job_id,
+            "tasks": len(self.tasks),
+            "nodes": nodes,
+            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        write_atomic(os.path.join(str(self.order["image_path"]), MANIFEST),
+                     json.dumps(manifest).encode(), 0o644)

@@ -1,0 +1,90 @@
+"""Forking the anchor from create, and the pipe over which it reports `created`."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyscrun import log
+from pyscrun.anchor.store import Store
+from pyscrun.conf.site import Site
+from pyscrun.errors import ScrunError
+from pyscrun.oci.bundle import Bundle
+
+
+@dataclass
+class CreateRequest:
+    container_id: str
+    bundle: Bundle
+    store: Store
+    site: Site
+    console_socket: str | None
+    pid_file: str | None
+    environ: dict[str, str]
+    job_options: dict[str, str] = field(default_factory=dict)
+    log_file: str | None = None
+    log_format: str = "text"
+    restore: dict[str, Any] | None = None  # the CRIU order when this is a restore
+
+
+def write_all(fd: int, data: bytes) -> None:
+    try:
+        os.write(fd, data)
+    except OSError:
+        pass
+
+
+def _open_fds() -> list[int]:
+    try:
+        return [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:
+        return list(range(3, 1024))
+
+
+def start_anchor(request: CreateRequest, keep_fds: tuple[int, ...]) -> int:
+    """Fork the anchor; returns its pid once it reported created. Raises on failure."""
+    from pyscrun.anchor.daemon import Anchor
+
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read_fd)
+            os.setsid()
+            if request.bundle.terminal:
+                # A terminal container's stdio is its pty: as with runc, nothing of it
+                # holds the caller's (containerd's shim reads create's stdout and
+                # stderr until EOF: `docker run -t` would hang).
+                null = os.open(os.devnull, os.O_RDWR)
+                for fd in (0, 1, 2):
+                    os.dup2(null, fd)
+                if null > 2:
+                    os.close(null)
+            # Hold nothing of the caller's but stdio (and fds it asked to preserve):
+            # a stray copy of one of conmon's pipes would keep it waiting forever.
+            keep = {0, 1, 2, write_fd, *keep_fds, *log.current.open_fds()}
+            for fd in _open_fds():
+                if fd not in keep:
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
+            log.current.detach_stderr()
+            log.current.prefix = f"scrun-anchor[{request.container_id}]"
+            Anchor(request).run(write_fd)
+        finally:
+            os._exit(1)
+    os.close(write_fd)
+    reply = b""
+    while not reply.endswith(b"\n"):
+        chunk = os.read(read_fd, 4096)
+        if not chunk:
+            break
+        reply += chunk
+    os.close(read_fd)
+    if reply == b"ok\n":
+        return pid
+    os.waitpid(pid, 0)
+    message = reply.decode(errors="replace").strip().removeprefix("error ")
+    raise ScrunError(message or "the anchor died while creating the container")

@@ -1,0 +1,84 @@
+"""checkpoint and restore: runc's verbs, carried out by the node agents with CRIU."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from pyscrun import log
+from pyscrun.anchor import protocol
+from pyscrun.cli.main import Context
+from pyscrun.errors import BundleError, InvalidState, ScrunError
+from pyscrun.oci.state import RUNNING, STOPPED
+
+# Dumping a large container takes a while; podman itself waits without a limit.
+CHECKPOINT_TIMEOUT = 900.0
+# Flags runc has that CRIU cannot honour here (no dirty-memory tracking, no page server).
+_ACCEPTED_ONLY = ("parent_path", "pre_dump", "lazy_pages", "page_server", "status_fd",
+                  "lsm_profile", "lsm_mount_context", "no_subreaper", "no_pivot")
+
+
+def _criu_order(ctx: Context, default_image: str) -> dict[str, object]:
+    from pyscrun.node.criu import PASSED_ON
+
+    image_path = os.path.abspath(ctx.option("image_path") or default_image)
+    work_path = ctx.option("work_path")
+    order: dict[str, object] = {
+        "image_path": image_path,
+        "work_path": os.path.abspath(work_path) if work_path else "",
+    }
+    for name in PASSED_ON:
+        if name in ctx.options:
+            order[name] = ctx.options[name]
+    for name in _ACCEPTED_ONLY:
+        if ctx.options.get(name):
+            log.current.info(f"--{name.replace('_', '-')} is accepted but has no effect")
+    return order
+
+
+def checkpoint(ctx: Context) -> int:
+    store = ctx.store
+    state = store.load(ctx.container_id)
+    status = state.effective_status()
+    if status != RUNNING:
+        raise InvalidState(f"cannot checkpoint a container that is {status}")
+    order = _criu_order(ctx, "checkpoint")
+    order.update(op="checkpoint", leave_running=ctx.flag("leave_running"))
+    try:
+        os.makedirs(str(order["image_path"]), exist_ok=True)
+    except OSError as err:
+        raise ScrunError(f"cannot create {order['image_path']}: {err.strerror}") from None
+    if not os.access(str(order["image_path"]), os.W_OK):
+        raise ScrunError(f"checkpoint directory {order['image_path']} is not writable")
+    reply = protocol.request(store.socket_path(state.id), order, timeout=CHECKPOINT_TIMEOUT)
+    if not reply.get("ok"):
+        raise ScrunError(f"checkpoint failed: {reply.get('error', 'unknown error')}")
+    return 0
+
+
+def restore(ctx: Context) -> int:
+    from pyscrun.cli.lifecycle import create_container
+    from pyscrun.node.criu import MANIFEST
+
+    order = _criu_order(ctx, "checkpoint")
+    image_path = str(order["image_path"])
+    if not os.path.isfile(os.path.join(image_path, "inventory.img")):
+        raise BundleError(f"no checkpoint to restore in {image_path} (inventory.img is missing)")
+    try:
+        with open(os.path.join(image_path, MANIFEST), "rb") as manifest_file:
+            manifest = json.loads(manifest_file.read())
+    except FileNotFoundError:
+        manifest = {"tasks": 1}
+    except (OSError, ValueError) as err:
+        raise BundleError(f"checkpoint manifest in {image_path} is unreadable: {err}") from None
+    order["tasks"] = int(manifest.get("tasks", 1))
+    store = ctx.store
+    try:
+        previous = store.load(ctx.container_id)
+    except ScrunError:
+        previous = None
+    # podman restores a checkpointed container under its old id: that one has stopped.
+    if previous is not None and previous.effective_status() == STOPPED:
+        store.remove(previous.id)
+    create_container(ctx, restore=order)
+    return 0

@@ -1,0 +1,75 @@
+"""Checkpoint and restore of one task's container with the low-level runtime and CRIU.
+
+The commands come from pyscrun.conf (RunTimeCheckpoint, RunTimeRestore); `%@` in them
+stands for the options built here, each shell-quoted.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from pyscrun.errors import RuntimeCommandError
+from pyscrun.node.runtime import RuntimeCommands
+
+# runc's checkpoint/restore flags that pyscrun passes on: option name -> takes a value.
+PASSED_ON = {
+    "tcp_established": False, "ext_unix_sk": False, "shell_job": False, "file_locks": False,
+    "empty_ns": True, "auto_dedup": False, "manage_cgroups_mode": True,
+}
+MANIFEST = "pyscrun-checkpoint.json"
+
+
+def task_image_dir(image_path: str, task_id: str) -> str:
+    """Task 0's images sit at the top (where podman looks for them), others below."""
+    return image_path if task_id == "0" else os.path.join(image_path, f"task-{task_id}")
+
+
+def _work_dir(order: Mapping[str, Any], image_dir: str, task_id: str) -> str:
+    """CRIU's logs and stats-dump; podman reads task 0's from the top of --work-path."""
+    work_path = str(order.get("work_path") or "")
+    if not work_path:
+        return image_dir
+    work_dir = task_image_dir(work_path, task_id)
+    os.makedirs(work_dir, exist_ok=True)
+    return work_dir
+
+
+def _options(order: Mapping[str, Any]) -> list[str]:
+    args = []
+    for name, takes_value in PASSED_ON.items():
+        value = order.get(name)
+        if not value:
+            continue
+        flag = "--" + name.replace("_", "-")
+        args += [flag, str(value)] if takes_value else [flag]
+    return args
+
+
+def _run_with_args(commands: RuntimeCommands, directive: str, args: list[str],
+                   timeout: float) -> None:
+    code, output = commands.run(directive, timeout=timeout, args=args)
+    if code != 0:
+        last = output.strip().splitlines()[-1] if output.strip() else f"exit status {code}"
+        raise RuntimeCommandError(f"{directive} failed: {last}")
+
+
+def checkpoint(commands: RuntimeCommands, order: Mapping[str, Any], task_id: str) -> str:
+    """Dump the container into its task's image dir; returns that dir."""
+    image_dir = task_image_dir(str(order["image_path"]), task_id)
+    os.makedirs(image_dir, exist_ok=True)
+    work_dir = _work_dir(order, image_dir, task_id)
+    args = ["--image-path", image_dir, "--work-path", work_dir, *_options(order)]
+    if order.get("leave_running"):
+        args.append("--leave-running")
+    _run_with_args(commands, "RunTimeCheckpoint", args, timeout=600)
+    return image_dir
+
+
+def restore_args(order: Mapping[str, Any], task_id: str) -> list[str]:
+    image_dir = task_image_dir(str(order["image_path"]), task_id)
+    if not os.path.isfile(os.path.join(image_dir, "inventory.img")):
+        raise RuntimeCommandError(f"no checkpoint images for task {task_id} in {image_dir}")
+    work_dir = _work_dir(order, image_dir, task_id)
+    return ["--image-path", image_dir, "--work-path", work_dir, *_options(order)]

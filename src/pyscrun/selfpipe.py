@@ -1,0 +1,31 @@
+"""Signals as selector events: handlers only wake the loop, the loop does the work."""
+
+from __future__ import annotations
+
+import selectors
+import signal
+import socket
+from collections.abc import Iterable
+
+# The write end must live as long as the process: set_wakeup_fd holds only its number.
+_writers: list[socket.socket] = []
+
+
+def install(selector: selectors.BaseSelector, signums: Iterable[int], data: object) -> None:
+    """Deliver signums as readable events (their numbers as bytes) tagged with data."""
+    reader, writer = socket.socketpair()
+    reader.setblocking(False)
+    writer.setblocking(False)
+    signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+    _writers.append(writer)
+    for signum in signums:
+        signal.signal(signum, lambda *_: None)
+    selector.register(reader, selectors.EVENT_READ, data)
+
+
+def received(reader: socket.socket) -> bytes:
+    """The signal numbers that arrived since the last call."""
+    try:
+        return reader.recv(256)
+    except BlockingIOError:
+        return b""

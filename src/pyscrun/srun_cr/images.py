@@ -1,0 +1,150 @@
+"""A checkpoint directory: one CRIU image directory per task and a manifest.
+
+    DIR/manifest.json        job, step, task count, node of each rank, command, time
+    DIR/task-<rank>/         CRIU's images of that task's pid namespace, its dump.log
+    DIR/task-<rank>/task.json  what the task's descriptors were (see criu.resource_key)
+
+A checkpoint is written into a hidden sibling directory and renamed to DIR only once
+every task is in it, so DIR always holds a whole checkpoint (the previous one until the
+new one is complete) and a failed checkpoint leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from pyscrun.errors import CheckpointError
+
+MANIFEST = "manifest.json"
+TASK_META = "task.json"
+FORMAT = "pyscrun-srun_cr/1"
+
+
+def task_dir(root: str, rank: int) -> str:
+    return os.path.join(root, f"task-{rank}")
+
+
+def default_dir(environ: dict[str, str], cwd: str, job: str, step: str) -> str:
+    """Where a checkpoint goes unless named: $SLURM_CHECKPOINT_DIR, else srun_cr's
+    working directory (the job's), in srun_cr-<job>.<step>."""
+    return os.path.join(environ.get("SLURM_CHECKPOINT_DIR") or cwd, f"srun_cr-{job}.{step}")
+
+
+def write_json(path: str, data: dict[str, Any]) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as file:
+        json.dump(data, file, indent=1)
+        file.write("\n")
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(tmp, path)
+
+
+def read_json(path: str) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as file:
+        data = json.load(file)
+    if not isinstance(data, dict):
+        raise ValueError("not a JSON object")
+    return data
+
+
+class Staging:
+    """A checkpoint being written next to its final directory."""
+
+    def __init__(self, final: str) -> None:
+        self.final = os.path.abspath(final)
+        if os.path.lexists(self.final):
+            if not os.path.isdir(self.final):
+                raise CheckpointError(f"checkpoint directory {self.final} exists and is not a directory")
+            try:
+                entries = os.listdir(self.final)
+            except OSError as err:
+                raise CheckpointError(f"checkpoint directory {self.final}: {err.strerror}") from None
+            if entries and MANIFEST not in entries:
+                raise CheckpointError(f"checkpoint directory {self.final} is not empty and holds no "
+                                      f"srun_cr checkpoint; name a new or empty directory")
+        parent, name = os.path.split(self.final)
+        try:
+            os.makedirs(parent, exist_ok=True)
+            self.path = tempfile.mkdtemp(prefix=f".{name}.", suffix=".partial", dir=parent)
+        except OSError as err:
+            raise CheckpointError(
+                f"checkpoint directory {self.final} is not writable: {err.strerror or err}") from None
+
+    def commit(self, manifest: dict[str, Any]) -> None:
+        """Write the manifest and put the checkpoint in place of any previous one."""
+        try:
+            write_json(os.path.join(self.path, MANIFEST), manifest)
+            old = None
+            if os.path.isdir(self.final) and os.listdir(self.final):
+                old = tempfile.mkdtemp(prefix=f".{os.path.basename(self.final)}.", suffix=".old",
+                                       dir=os.path.dirname(self.final))
+                os.rename(self.final, os.path.join(old, "previous"))
+            os.rename(self.path, self.final)
+        except OSError as err:
+            self.discard()
+            raise CheckpointError(f"cannot put the checkpoint in {self.final}: {err.strerror or err}") from None
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def discard(self) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def make_manifest(job: str, step: str, nodes: list[str], command: list[str], cwd: str,
+                  stopped: bool) -> dict[str, Any]:
+    return {
+        "format": FORMAT, "job": job, "step": step, "tasks": len(nodes), "nodes": nodes,
+        "command": command, "cwd": cwd, "stopped": stopped,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A complete checkpoint directory, checked for a restart."""
+
+    path: str
+    job: str
+    step: str
+    tasks: int
+    nodes: list[str]
+    command: list[str]
+
+    @classmethod
+    def load(cls, path: str) -> Checkpoint:
+        path = os.path.abspath(path)
+        if not os.path.exists(path):
+            raise CheckpointError(f"restart directory {path} does not exist")
+        if not os.path.isdir(path):
+            raise CheckpointError(f"restart directory {path} is not a directory")
+        try:
+            data = read_json(os.path.join(path, MANIFEST))
+        except FileNotFoundError:
+            raise CheckpointError(f"restart directory {path} holds no srun_cr checkpoint "
+                                  f"(no {MANIFEST})") from None
+        except (OSError, ValueError) as err:
+            raise CheckpointError(f"restart directory {path}: cannot read {MANIFEST}: {err}") from None
+        try:
+            if data.get("format") != FORMAT:
+                raise ValueError(f"unknown format {data.get('format')!r}")
+            checkpoint = cls(path, str(data["job"]), str(data["step"]), int(data["tasks"]),
+                             [str(n) for n in data["nodes"]], [str(a) for a in data["command"]])
+        except (KeyError, TypeError, ValueError) as err:
+            raise CheckpointError(f"restart directory {path}: bad {MANIFEST}: {err}") from None
+        for rank in range(checkpoint.tasks):
+            if not os.path.isdir(task_dir(path, rank)):
+                raise CheckpointError(f"restart directory {path} lacks the images of task {rank}")
+        return checkpoint
+
+    def check_tasks(self, ntasks: int) -> None:
+        if ntasks != self.tasks:
+            raise CheckpointError(
+                f"restart directory {self.path} holds {self.tasks} task(s), the new step has "
+                f"{ntasks}: restart with -n {self.tasks}")

@@ -1,0 +1,277 @@
+"""Checkpoint, restore and migration of containers through podman's own commands,
+across Slurm jobs and nodes, with real runc and CRIU."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+from tests.integration.harness import (
+    IMAGE,
+    REPO,
+    Cluster,
+    LeakCheck,
+    Runtime,
+    make_bundle,
+    make_slurm_runtime,
+    podman,
+    require,
+    slurm,
+    wait_for,
+)
+
+COUNTER = "i=0; while true; do i=$((i+1)); echo \"$i $(hostname)\"; sleep 0.2; done"
+
+
+@pytest.fixture
+def runtime(cluster: Cluster, tmp_path: Path) -> Iterator[Runtime]:
+    require("criu", "criu (installed by scripts/criu-setup.sh through `make setup`)")
+    conf = cluster.up(3)
+    made = make_slurm_runtime(tmp_path, conf)
+    leaks = LeakCheck(made, str(tmp_path), conf)
+    yield made
+    subprocess.run(["podman", "rm", "-f", "-a", "-t", "0"], capture_output=True, check=False,
+                   env=_env())
+    leaks.check()
+
+
+def _env() -> dict[str, str]:
+    from tests.integration.harness import podman_env
+
+    return podman_env()
+
+
+def _ok(runtime: Runtime, *args: str) -> str:
+    done = podman(runtime, *args)
+    assert done.returncode == 0, f"podman {' '.join(args)}: {done.stderr.decode()}"
+    return done.stdout.decode()
+
+
+def _counts(runtime: Runtime, name: str) -> list[tuple[int, str]]:
+    logs = podman(runtime, "logs", name).stdout.decode()
+    return [(int(m.group(1)), m.group(2)) for m in re.finditer(r"^(\d+) (\S+)$", logs, re.M)]
+
+
+def _wait_count(runtime: Runtime, name: str, at_least: int) -> int:
+    wait_for(lambda: (_counts(runtime, name) or [(0, "")])[-1][0] >= at_least, 30,
+             f"{name} to count to {at_least}")
+    return _counts(runtime, name)[-1][0]
+
+
+def _job(runtime: Runtime) -> tuple[str, str]:
+    """(job id, node) of the one running container job."""
+    lines = slurm(runtime.slurm_conf.resolve(), "squeue", "-h", "-o", "%i %N").stdout.split("\n")
+    jobs = [line.split() for line in lines if line.strip()]
+    assert len(jobs) == 1, jobs
+    return jobs[0][0], jobs[0][1]
+
+
+def _assert_continues(counts: list[int], before: int) -> None:
+    """The count went on from `before` without ever starting again from zero."""
+    assert counts == sorted(counts), f"the count restarted: {counts}"
+    assert max(counts) > before + 1, counts
+
+
+def test_export_rm_import_continues_in_a_new_job(runtime: Runtime, tmp_path: Path) -> None:
+    name = f"c{uuid.uuid4().hex[:8]}"
+    _ok(runtime, "run", "-d", "--uts=host", "--name", name, IMAGE, "sh", "-c", COUNTER)
+    _wait_count(runtime, name, 5)
+    old_job, _ = _job(runtime)
+    archive = tmp_path / "ck.tar.zst"
+    _ok(runtime, "container", "checkpoint", "--export", str(archive), name)
+    before = _counts(runtime, name)[-1][0]
+    _ok(runtime, "rm", name)
+    _ok(runtime, "container", "restore", "--import", str(archive), "--name", name + "r")
+    _wait_count(runtime, name + "r", before + 5)
+    new_job, _ = _job(runtime)
+    assert new_job != old_job
+    _assert_continues([c for c, _ in _counts(runtime, name + "r")], before)
+
+
+def test_migration_to_another_node(runtime: Runtime, tmp_path: Path) -> None:
+    conf = runtime.slurm_conf.resolve()
+    name = f"m{uuid.uuid4().hex[:8]}"
+    _ok(runtime, "run", "-d", "--uts=host", "--name", name, IMAGE, "sh", "-c", COUNTER)
+    _wait_count(runtime, name, 3)
+    _, old_node = _job(runtime)
+    assert _counts(runtime, name)[-1][1] == old_node
+    archive = tmp_path / "ck.tar.zst"
+    _ok(runtime, "container", "checkpoint", "--export", str(archive), name)
+    before = _counts(runtime, name)[-1][0]
+    _ok(runtime, "rm", name)
+    drained = slurm(conf, "scontrol", "update", f"NodeName={old_node}", "State=DRAIN",
+                    "Reason=migration-test")
+    assert drained.returncode == 0, drained.stderr
+    try:
+        _ok(runtime, "container", "restore", "--import", str(archive), "--name", name + "r")
+        _wait_count(runtime, name + "r", before + 5)
+        _, new_node = _job(runtime)
+        assert new_node != old_node
+        after = [(c, host) for c, host in _counts(runtime, name + "r") if c > before]
+        assert after and {host for _, host in after} == {new_node}
+        _assert_continues([c for c, _ in _counts(runtime, name + "r")], before)
+    finally:
+        slurm(conf, "scontrol", "update", f"NodeName={old_node}", "State=RESUME")
+
+
+def test_leave_running_gives_a_clone(runtime: Runtime, tmp_path: Path) -> None:
+    name = f"l{uuid.uuid4().hex[:8]}"
+    _ok(runtime, "run", "-d", "--name", name, IMAGE, "sh", "-c", COUNTER)
+    _wait_count(runtime, name, 3)
+    archive = tmp_path / "ck.tar.zst"
+    _ok(runtime, "container", "checkpoint", "--leave-running", "--export", str(archive), name)
+    before = _counts(runtime, name)[-1][0]
+    _ok(runtime, "container", "restore", "--import", str(archive), "--name", name + "c")
+    _wait_count(runtime, name + "c", before + 3)
+    _wait_count(runtime, name, before + 3)
+    states = _ok(runtime, "inspect", "--format", "{{.State.Status}}", name, name + "c")
+    assert states.split() == ["running", "running"]
+    jobs = slurm(runtime.slurm_conf.resolve(), "squeue", "-h").stdout.strip().splitlines()
+    assert len(jobs) == 2
+
+
+def test_memory_survives_with_its_checksum(runtime: Runtime, tmp_path: Path) -> None:
+    gcc = require("gcc", "gcc and libc6-dev")
+    memhog = tmp_path / "memhog"
+    subprocess.run([gcc, "-O2", "-static", "-o", str(memhog),
+                    str(REPO / "tests/integration/data/memhog.c")], check=True)
+    name = f"h{uuid.uuid4().hex[:8]}"
+    _ok(runtime, "run", "-d", "--name", name, "-v", f"{memhog}:/memhog:ro", IMAGE,
+        "/memhog", "512")
+
+    def sums() -> list[str]:
+        return re.findall(r"sum (\w+)", podman(runtime, "logs", name).stdout.decode())
+
+    wait_for(lambda: len(sums()) >= 2, 120, "the memory to be written")
+    before = sums()[-1]
+    archive = tmp_path / "ck.tar.zst"
+    _ok(runtime, "container", "checkpoint", "--export", str(archive), name)
+    _ok(runtime, "rm", name)
+    _ok(runtime, "container", "restore", "--import", str(archive), "--name", name)
+    count = len(sums())
+    wait_for(lambda: len(sums()) >= count + 2, 120, "the restored container to report")
+    assert set(sums()) == {before}
+
+
+def test_three_cycles_keep_counting(runtime: Runtime) -> None:
+    name = f"t{uuid.uuid4().hex[:8]}"
+    _ok(runtime, "run", "-d", "--name", name, IMAGE, "sh", "-c", COUNTER)
+    last = _wait_count(runtime, name, 3)
+    for _ in range(3):
+        _ok(runtime, "container", "checkpoint", name)
+        checkpointed = _counts(runtime, name)[-1][0]
+        assert checkpointed >= last
+        _ok(runtime, "container", "restore", name)
+        last = _wait_count(runtime, name, checkpointed + 3)
+    _assert_continues([c for c, _ in _counts(runtime, name)], 3)
+
+
+def test_multi_task_container_is_checkpointed_whole(runtime: Runtime, tmp_path: Path) -> None:
+    name = f"n{uuid.uuid4().hex[:8]}"
+    script = "i=0; while true; do i=$((i+1)); echo \"$i task$SLURM_PROCID\"; sleep 0.2; done"
+    _ok(runtime, "run", "-d", "--name", name, "-e", "SCRUN_NTASKS=2", "-e",
+        "SCRUN_JOB_NUM_NODES=2", IMAGE, "sh", "-c", script)
+    wait_for(lambda: {t for c, t in _counts(runtime, name) if c >= 3} == {"task0", "task1"},
+             30, "both tasks to count")
+    archive = tmp_path / "ck.tar.zst"
+    _ok(runtime, "container", "checkpoint", "--export", str(archive), name)
+    before = {t: max(c for c, tt in _counts(runtime, name) if tt == t) for t in ("task0", "task1")}
+    _ok(runtime, "rm", name)
+    _ok(runtime, "container", "restore", "--import", str(archive), "--name", name + "r")
+
+    def progressed() -> bool:
+        counts = _counts(runtime, name + "r")
+        return all(max((c for c, tt in counts if tt == t), default=0) >= before[t] + 3
+                   for t in before)
+
+    wait_for(progressed, 30, "both restored tasks to count on")
+    for task, last in before.items():
+        _assert_continues([c for c, t in _counts(runtime, name + "r") if t == task], last)
+
+
+# -- failures, through scrun's own command line -------------------------------------------
+
+def _scrun_ok(runtime: Runtime, *args: str) -> None:
+    done = runtime.scrun(*args)
+    assert done.returncode == 0, done.stderr
+
+
+def _status(runtime: Runtime, container_id: str) -> str:
+    return str(json.loads(runtime.scrun("state", container_id).stdout)["status"])
+
+
+def test_checkpoint_of_a_stopped_container_fails(runtime: Runtime, tmp_path: Path) -> None:
+    bundle = make_bundle(tmp_path, ["true"])
+    _scrun_ok(runtime, "create", "-b", str(bundle), "s1")
+    _scrun_ok(runtime, "start", "s1")
+    wait_for(lambda: _status(runtime, "s1") == "stopped", 30, "the container to stop")
+    done = runtime.scrun("checkpoint", "--image-path", str(tmp_path / "img"), "s1")
+    assert done.returncode != 0
+    assert "cannot checkpoint a container that is stopped" in done.stderr
+    _scrun_ok(runtime, "delete", "s1")
+
+
+def _failed_checkpoint_leaves_it_running(runtime: Runtime, tmp_path: Path,
+                                         stdout: int | IO[str]) -> None:
+    bundle = make_bundle(tmp_path, ["sh", "-c", "while true; do echo tick; sleep 0.2; done"])
+    created = subprocess.run([str(runtime.wrapper), "create", "-b", str(bundle), "f1"],
+                             stdout=stdout, stderr=subprocess.DEVNULL,
+                             stdin=subprocess.DEVNULL, check=False)
+    assert created.returncode == 0
+    _scrun_ok(runtime, "start", "f1")
+    time.sleep(1)
+    done = runtime.scrun("checkpoint", "--image-path", str(tmp_path / "img"), "f1")
+    assert done.returncode != 0
+    assert "checkpoint failed" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert _status(runtime, "f1") == "running"
+    assert not list((tmp_path / "img").glob("*.img"))
+    _scrun_ok(runtime, "delete", "--force", "f1")
+
+
+def test_checkpoint_without_criu_fails_cleanly(runtime: Runtime, tmp_path: Path) -> None:
+    (runtime.conf_dir / "pyscrun.conf").write_text(
+        'RunTimeCheckpoint="runc --criu /nonexistent/criu checkpoint %@ %n.%u.%j.%s.%t"\n')
+    _failed_checkpoint_leaves_it_running(runtime, tmp_path, subprocess.DEVNULL)
+
+
+def test_checkpoint_that_criu_refuses_fails_cleanly(runtime: Runtime) -> None:
+    name = f"e{uuid.uuid4().hex[:8]}"
+    # An established TCP connection: CRIU refuses it without --tcp-established.
+    _ok(runtime, "run", "-d", "--name", name, IMAGE, "sh", "-c",
+        "sleep 1000 | nc -l -p 7777 & sleep 0.3; sleep 1000 | nc 127.0.0.1 7777")
+    time.sleep(1)
+    done = podman(runtime, "container", "checkpoint", name)
+    assert done.returncode != 0
+    assert b"checkpoint failed: task 0: RunTimeCheckpoint failed" in done.stderr
+    assert _ok(runtime, "inspect", "--format", "{{.State.Status}}", name).strip() == "running"
+
+
+def test_restore_from_missing_or_corrupt_images(runtime: Runtime, tmp_path: Path) -> None:
+    bundle = make_bundle(tmp_path, ["sh", "-c", "while true; do sleep 0.2; done"])
+    missing = runtime.scrun("restore", "-b", str(bundle), "--image-path",
+                            str(tmp_path / "nothing"), "r1")
+    assert missing.returncode != 0
+    assert "no checkpoint to restore" in missing.stderr
+    _scrun_ok(runtime, "create", "-b", str(bundle), "r0")
+    _scrun_ok(runtime, "start", "r0")
+    time.sleep(0.5)
+    images = tmp_path / "img"
+    _scrun_ok(runtime, "checkpoint", "--image-path", str(images), "r0")
+    _scrun_ok(runtime, "delete", "r0")
+    for core in images.glob("core-*.img"):
+        core.write_bytes(b"garbage")
+    corrupt = runtime.scrun("restore", "-b", str(bundle), "--image-path", str(images), "r1")
+    assert corrupt.returncode != 0
+    assert "restore failed" in corrupt.stderr
+    assert runtime.scrun("state", "r1").returncode != 0
+    shutil.rmtree(images)
