@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.harness import IMAGE, Runtime, podman, podman_env, require
+from tests.integration.harness import IMAGE, Runtime, podman, podman_env, require, wait_for
 
 
 def test_echo_prints_output(runtime: Runtime) -> None:
@@ -58,7 +58,10 @@ def test_stop_kills_a_process_ignoring_sigterm_after_the_timeout(runtime: Runtim
 
 
 def test_stop_of_a_shell_that_honours_sigterm_is_quick(runtime: Runtime) -> None:
-    name = _run_detached(runtime, "sh", "-c", "trap 'exit 143' TERM; while true; do sleep 0.1; done")
+    name = _run_detached(
+        runtime, "sh", "-c", "trap 'exit 143' TERM; echo ready; while true; do sleep 0.1; done")
+    # Until its trap is set, a shell as pid 1 ignores SIGTERM: wait for it, as with runc.
+    wait_for(lambda: b"ready" in podman(runtime, "logs", name).stdout, 30, "the trap")
     started = time.monotonic()
     assert podman(runtime, "stop", "-t", "10", name).returncode == 0
     assert time.monotonic() - started < 5

@@ -4,11 +4,16 @@ orders waiting for them, what they reported, and a checkpoint in progress."""
 from __future__ import annotations
 
 import socket
-from typing import Any
 
 from pyscrun import log
 from pyscrun.anchor import protocol
-from pyscrun.anchor.checkpointing import CheckpointRound
+
+# typing costs milliseconds at every start of the CLI: for type checkers only.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from pyscrun.anchor.checkpointing import CheckpointRound
 
 
 class Connection:
@@ -61,6 +66,8 @@ class Agents:
 
     # -- checkpoint ----------------------------------------------------------------------
     def start_checkpoint(self, client: Connection, order: dict[str, Any]) -> None:
+        from pyscrun.anchor.checkpointing import CheckpointRound
+
         self.round = CheckpointRound(order, {a: a.task or "0" for a in self.connected})
         self.round_client = client
         agents_order = self.round.order_for_agents()

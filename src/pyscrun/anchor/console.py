@@ -7,9 +7,13 @@ import os
 import socket
 import struct
 import termios
-from typing import Any
 
 from pyscrun.errors import ScrunError
+
+# typing costs milliseconds at every start of the CLI: for type checkers only.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def open_console(console_socket: str, size: dict[str, Any] | None) -> int:

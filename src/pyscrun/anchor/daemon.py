@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import selectors
 import signal
 import socket
 import time
-from typing import TYPE_CHECKING, Any, NoReturn
 
 from pyscrun import backends, log, selfpipe
 from pyscrun.anchor import console, jobenv, protocol
@@ -28,7 +26,10 @@ from pyscrun.conf import scrun_env
 from pyscrun.errors import InvalidState, ScrunError
 from pyscrun.oci.state import CREATED, RUNNING, STOPPED, ContainerState, process_start_time
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any, NoReturn
+
     from pyscrun.hooks.lua import ScrunLua
 
 _TERMINATING_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -43,7 +44,7 @@ class Anchor:
         self.site = request.site
         self.backend = backends.get(request.site.backend)
         self.selector = selectors.DefaultSelector()
-        self.token = secrets.token_hex(16)
+        self.token = os.urandom(16).hex()
         self.allocation: Allocation | None = None
         self.step: Step | None = None
         self.listener: socket.socket | None = None
@@ -191,7 +192,9 @@ class Anchor:
             return None
         op = message.get("op")
         if op in ("agent-hello", "agent-error"):
-            if not secrets.compare_digest(str(message.get("token", "")), self.token):
+            from hmac import compare_digest
+
+            if not compare_digest(str(message.get("token", "")), self.token):
                 raise ScrunError("bad agent token")
             if op == "agent-error":
                 self.agents.last_error = str(message.get("message", ""))

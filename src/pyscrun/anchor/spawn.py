@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any
 
 from pyscrun import log
 from pyscrun.anchor.store import Store
 from pyscrun.conf.site import Site
 from pyscrun.errors import ScrunError
 from pyscrun.oci.bundle import Bundle
+
+# typing costs milliseconds at every start of the CLI: for type checkers only.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 @dataclass

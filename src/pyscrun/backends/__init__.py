@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pyscrun.backends.base import Backend
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pyscrun.backends.base import Backend
 
 
 def get(name: str) -> Backend:

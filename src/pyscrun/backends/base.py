@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from pyscrun.conf.site import Site
 from pyscrun.oci.state import ContainerState
@@ -32,18 +31,25 @@ class Step:
     pid: int  # the process the anchor waits on: the agent itself, or srun
 
 
-class Backend(Protocol):
-    name: str
+class Backend:
+    """The base of every backend (a plain class: typing.Protocol costs an import)."""
+
+    name = "abstract"
 
     def allocate(self, site: Site, state: ContainerState, options: dict[str, str],
-                 environ: dict[str, str]) -> Allocation: ...
+                 environ: dict[str, str]) -> Allocation:
+        raise NotImplementedError
 
-    def launch(self, site: Site, allocation: Allocation, request: LaunchRequest) -> Step: ...
+    def launch(self, site: Site, allocation: Allocation, request: LaunchRequest) -> Step:
+        raise NotImplementedError
 
-    def release(self, site: Site, allocation: Allocation) -> None: ...
+    def release(self, site: Site, allocation: Allocation) -> None:
+        raise NotImplementedError
 
     def remote_command(self, site: Site, allocation: Allocation, script: str) -> tuple[int, str]:
         """Run `/bin/sh -c script` once on every node of the job: (status, output)."""
+        raise NotImplementedError
 
     def cleanup_orphan(self, site: Site, state: ContainerState) -> None:
         """End what a dead anchor left behind (its job)."""
+        raise NotImplementedError

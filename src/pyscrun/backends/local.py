@@ -12,7 +12,7 @@ import socket
 
 from pyscrun import log
 from pyscrun.anchor.console import make_controlling_terminal
-from pyscrun.backends.base import Allocation, LaunchRequest, Step
+from pyscrun.backends.base import Allocation, Backend, LaunchRequest, Step
 from pyscrun.conf.site import Site
 from pyscrun.oci.state import ContainerState
 
@@ -26,7 +26,7 @@ def run_shell(script: str) -> tuple[int, str]:
     return done.returncode, done.stdout.decode(errors="replace")
 
 
-class LocalBackend:
+class LocalBackend(Backend):
     name = "local"
 
     def allocate(self, site: Site, state: ContainerState, options: dict[str, str],

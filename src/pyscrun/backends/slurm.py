@@ -15,7 +15,7 @@ import time
 
 from pyscrun import log
 from pyscrun.anchor.console import make_controlling_terminal
-from pyscrun.backends.base import Allocation, LaunchRequest, Step
+from pyscrun.backends.base import Allocation, Backend, LaunchRequest, Step
 from pyscrun.conf import scrun_env
 from pyscrun.conf.site import Site
 from pyscrun.errors import BackendError
@@ -72,7 +72,7 @@ def _await_terminal_size(timeout: float) -> None:
         time.sleep(0.01)
 
 
-class SlurmBackend:
+class SlurmBackend(Backend):
     name = "slurm"
 
     def allocate(self, site: Site, state: ContainerState, options: dict[str, str],

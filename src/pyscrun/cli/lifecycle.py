@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import os
 import select
-import signal
 import time
-from typing import Any
 
 from pyscrun import log
 from pyscrun.anchor import protocol
 from pyscrun.anchor.store import Store
 from pyscrun.cli.main import Context
-from pyscrun.cli.signals import parse_signal
 from pyscrun.errors import AnchorError, InvalidState, UsageError
 from pyscrun.oci.state import CREATED, RUNNING, STOPPED, ContainerState
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 # How long delete waits for the anchor to wind down after ordering the kill.
 DELETE_TIMEOUT = 30.0
@@ -88,6 +89,8 @@ def run(ctx: Context) -> int:
 
 
 def kill(ctx: Context) -> int:
+    from pyscrun.cli.signals import parse_signal
+
     store = ctx.store
     state = store.load(ctx.container_id)
     signum = parse_signal(ctx.args.get("signal"))
@@ -116,9 +119,6 @@ def _wait_gone(state: ContainerState, timeout: float) -> bool:
 
 
 def delete(ctx: Context) -> int:
-    from pyscrun import backends
-    from pyscrun.conf import site
-
     store = ctx.store
     state = store.load(ctx.container_id)
     status = state.effective_status()
@@ -131,11 +131,14 @@ def delete(ctx: Context) -> int:
             log.current.info(f"anchor unreachable, ending it: {err}")
         if not _wait_gone(state, DELETE_TIMEOUT):
             log.current.error(f"anchor {state.pid} did not exit: killing it")
-            os.kill(state.pid, signal.SIGKILL)
+            os.kill(state.pid, 9)  # SIGKILL; the signal module costs an import here
             _wait_gone(state, 5)
         state = store.load(state.id)
     if state.status != STOPPED:
         # The anchor died without finishing: end what it held.
+        from pyscrun import backends
+        from pyscrun.conf import site
+
         backends.get(state.backend).cleanup_orphan(site.load(ctx.slurm_conf), state)
     store.remove(state.id)
     return 0

@@ -6,11 +6,15 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from pyscrun.conf import keyvalue, patterns
 from pyscrun.errors import ConfigError
 from pyscrun.log import parse_level
+
+# typing costs milliseconds at every start of the CLI: for type checkers only.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 RUNTIME_DIRECTIVES = ("RunTimeCreate", "RunTimeDelete", "RunTimeKill", "RunTimeQuery",
                       "RunTimeRun", "RunTimeStart")

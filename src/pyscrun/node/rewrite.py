@@ -7,7 +7,11 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+
+# typing costs milliseconds at every start of the CLI: for type checkers only.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def merge_env(base: list[str], extra: Mapping[str, str]) -> list[str]:

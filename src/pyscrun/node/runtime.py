@@ -6,12 +6,16 @@ import json
 import subprocess
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from pyscrun import log
 from pyscrun.conf import patterns
 from pyscrun.conf.ociconf import OciConf
 from pyscrun.errors import RuntimeCommandError
+
+# typing costs milliseconds at every start of the CLI: for type checkers only.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class RuntimeCommands:

@@ -6,9 +6,13 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pyscrun.errors import BundleError
+
+# typing costs milliseconds at every start of the CLI: for type checkers only.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 # A real config.json is a few KiB; anything this large is a mistake or an attack.
 MAX_CONFIG_BYTES = 16 * 1024 * 1024
