@@ -26,7 +26,7 @@ demo: setup
 	bash scripts/demo.sh
 
 bench: setup
-	$(PY) bench/run.py
+	$(PY) -m bench.run
 
 cluster-up: setup
 	bash scripts/cluster.sh up $(or $(NODES),1)

@@ -37,7 +37,7 @@ daemon_pids() {
     for p in /proc/[0-9]*; do
         c="$(cat "$p/comm" 2>/dev/null)" || continue
         for d in "${DAEMONS[@]}"; do
-            [[ $c == "$d" ]] && echo "${p#/proc/}"
+            if [[ $c == "$d" ]]; then echo "${p#/proc/}"; fi
         done
     done | sort
 }

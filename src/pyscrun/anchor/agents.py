@@ -43,9 +43,19 @@ class Agents:
         self.round: CheckpointRound | None = None
         self.round_client: Connection | None = None
 
-    def hello(self, agent: Connection, task: str, node: str) -> None:
+    def hello(self, agent: Connection, task: str, node: str, stdio: list[int] | None) -> None:
+        """Register an agent; hand it the container's stdio if it asked and we hold it."""
         agent.task, agent.node = task, node
         self.connected.append(agent)
+        if stdio is not None:
+            # Only task 0 reads stdin, as with srun; the others get stdin's last entry.
+            fds = stdio[:3] if task == "0" else [stdio[3], stdio[1], stdio[2]]
+            try:
+                agent.conn.setblocking(True)
+                socket.send_fds(agent.conn, [protocol.encode({"op": "stdio"})], fds)
+                agent.conn.setblocking(False)
+            except OSError:
+                return
         for signum in self.pending_kills:
             agent.send({"op": "kill", "signal": signum})
 

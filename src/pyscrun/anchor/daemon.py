@@ -54,6 +54,10 @@ class Anchor:
         self.exit_status: int | None = None
         self.hooks: ScrunLua | None = None
         self.ready_fd: int | None = None  # open while a restore waits for its tasks
+        # The caller's stdin, stdout, stderr (and /dev/null) for agents that can take
+        # them over the control socket: the container then writes to podman directly
+        # instead of through srun's I/O forwarding.
+        self.stdio: list[int] | None = None
         bundle = request.bundle
         self.state = ContainerState(
             id=request.container_id, bundle=str(bundle.path), pid=os.getpid(),
@@ -200,7 +204,8 @@ class Anchor:
                 self.agents.last_error = str(message.get("message", ""))
                 log.current.error(f"node agent: {self.agents.last_error}")
                 return {"ok": True}
-            self.agents.hello(client, str(message.get("task", "0")), str(message.get("node", "")))
+            self.agents.hello(client, str(message.get("task", "0")), str(message.get("node", "")),
+                              self.stdio if message.get("stdio") else None)
             return None
         if op == "start":
             self._start()
@@ -247,11 +252,16 @@ class Anchor:
         }
         if self.request.restore is not None:
             agent_env["PYSCRUN_AGENT_RESTORE"] = json.dumps(self.request.restore)
+        pass_stdio = self.backend.name == "slurm" and self.terminal_fd is None
+        if pass_stdio:
+            self.stdio = [os.dup(0), os.dup(1), os.dup(2), os.open(os.devnull, os.O_RDONLY)]
+            agent_env["PYSCRUN_AGENT_STDIO"] = "pass"
         request = LaunchRequest(
             agent_env=agent_env,
             job_env={**self._output_env(), **self.allocation.env},
             terminal_fd=self.terminal_fd,
             step_args=scrun_env.arguments(self.request.job_options, scrun_env.STEP),
+            pass_stdio=pass_stdio,
         )
         try:
             self.step = self.backend.launch(self.site, self.allocation, request)

@@ -24,6 +24,7 @@ class LaunchRequest:
     job_env: dict[str, str]
     terminal_fd: int | None  # pty slave for a terminal container, else None
     step_args: list[str] = field(default_factory=list)  # scheduler options for the step
+    pass_stdio: bool = False  # agents take the container's stdio from the anchor
 
 
 @dataclass

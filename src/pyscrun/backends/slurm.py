@@ -122,6 +122,11 @@ class SlurmBackend(Backend):
                 _await_terminal_size(TERMINAL_SIZE_WAIT)
             else:
                 os.setsid()
+            if request.pass_stdio:
+                # The agents read stdin themselves; srun must not race them for it.
+                null = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(null, 0)
+                os.close(null)
             os.execvpe(argv[0], argv, env)
         finally:
             os._exit(127)

@@ -27,6 +27,10 @@ from pyscrun.node import criu, rewrite
 from pyscrun.node.runtime import RuntimeCommands, stop_and_delete
 from pyscrun.oci import bundle as oci_bundle
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 _FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
                       signal.SIGUSR1, signal.SIGUSR2, signal.SIGCONT)
 # How long create/start mode waits for the runtime to report the container created.
@@ -155,12 +159,29 @@ class Agent:
         if not path:
             return
         self.control = protocol.connect(path, timeout=10)
+        want_stdio = self.env.get("PYSCRUN_AGENT_STDIO") == "pass" and not os.isatty(0)
         self.control.sendall(protocol.encode({
             "op": "agent-hello", "token": self.env.get("PYSCRUN_AGENT_TOKEN", ""),
-            "task": self.ident.task_id, "node": self.ident.node,
+            "task": self.ident.task_id, "node": self.ident.node, "stdio": want_stdio,
         }))
+        early: list[dict[str, Any]] = []
+        if want_stdio:
+            early = self._take_stdio()
         self.control.setblocking(False)
         self.selector.register(self.control, selectors.EVENT_READ, "control")
+        self._handle(early)
+
+    def _take_stdio(self) -> list[dict[str, Any]]:
+        """Make the anchor's stdio (podman's pipes) this agent's, and so the container's."""
+        assert self.control is not None
+        data, fds, _, _ = socket.recv_fds(self.control, 65536, 3)
+        messages = self.reader.feed(data)
+        if not messages or messages[0].get("op") != "stdio" or len(fds) != 3:
+            raise ScrunError("the anchor did not hand over the container's stdio")
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        return messages[1:]
 
     def _on_control(self) -> None:
         assert self.control is not None
@@ -179,7 +200,10 @@ class Agent:
             self.deliver(signal.SIGKILL)
             self._end_orphaned_job()
             return
-        for message in self.reader.feed(data):
+        self._handle(self.reader.feed(data))
+
+    def _handle(self, messages: list[dict[str, Any]]) -> None:
+        for message in messages:
             if message.get("op") == "kill":
                 self.deliver(int(message.get("signal", signal.SIGTERM)))
             elif message.get("op") == "checkpoint":

@@ -1,0 +1,132 @@
+"""What the benchmarks share: real runtimes, timing, results and their report."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+SCRUN = Path(sys.executable).parent / "scrun"
+TEST_HOME = Path(os.environ.get("PYSCRUN_TEST_HOME", "/var/tmp/pyscrun-test"))
+IMAGE = "localhost/pyscrun-test:latest"
+QUICK = os.environ.get("BENCH_QUICK") == "1"
+
+
+@dataclass
+class Result:
+    name: str
+    median: float
+    ref: float
+    unit: str
+    n: int
+    ratio: float
+    reference: str  # what ref measures
+    target: str = ""
+    met: bool | None = None
+
+    def line(self) -> str:
+        return (f"BENCH {self.name} ratio={self.ratio:.2f} median={self.median:.4g}{self.unit} "
+                f"ref={self.ref:.4g}{self.unit} n={self.n}")
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def timed(argv: Sequence[str], env: dict[str, str] | None = None, timeout: float = 120,
+          stdin: int | None = subprocess.DEVNULL) -> tuple[float, int]:
+    """Wall time and exit status of one command; output discarded."""
+    started = time.perf_counter()
+    done = subprocess.run(list(argv), env=env, stdin=stdin, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL, timeout=timeout, check=False)
+    return time.perf_counter() - started, done.returncode
+
+
+def interleave(n: int, first: Callable[[], float], second: Callable[[], float],
+               ) -> tuple[list[float], list[float]]:
+    """n measurements of each, alternating, so machine noise hits both alike."""
+    a, b = [], []
+    for _ in range(n):
+        a.append(first())
+        b.append(second())
+    return a, b
+
+
+def podman_env() -> dict[str, str]:
+    env = dict(os.environ)
+    for line in (TEST_HOME / "env.sh").read_text().splitlines():
+        if line.startswith("export "):
+            key, _, value = line[len("export "):].partition("=")
+            env[key] = value.strip('"')
+    return env
+
+
+class Runtimes:
+    """scrun wrappers (local backend, and Slurm on the loopback cluster) in a temp dir."""
+
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="pyscrun-bench."))
+        self.local = self._wrapper("local", None)
+        self.slurm_conf = self._cluster_up()
+        self.slurm = self._wrapper("slurm", self.slurm_conf)
+
+    def _cluster_up(self) -> Path:
+        done = subprocess.run(["bash", str(REPO / "scripts/cluster.sh"), "up", "1"],
+                              capture_output=True, text=True, check=True)
+        return Path(done.stdout.strip().splitlines()[-1].removeprefix("export SLURM_CONF="))
+
+    def _wrapper(self, name: str, slurm_conf: Path | None) -> Path:
+        conf_dir = self.dir / f"{name}-etc"
+        conf_dir.mkdir()
+        if slurm_conf is not None:
+            (conf_dir / "slurm.conf").symlink_to(slurm_conf)
+        wrapper = self.dir / f"scrun-{name}"
+        wrapper.write_text(f"#!/bin/sh\nexec {SCRUN} --root {self.dir / (name + '-root')} "
+                           f"-f {conf_dir / 'slurm.conf'} \"$@\"\n")
+        wrapper.chmod(0o755)
+        return wrapper
+
+    def close(self) -> None:
+        subprocess.run(["bash", str(REPO / "scripts/cluster.sh"), "down"], capture_output=True,
+                       check=False)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def make_bundle(base: Path, args: Sequence[str]) -> Path:
+    bundle = base / "bundle"
+    rootfs = bundle / "rootfs"
+    for sub in ("bin", "proc", "sys", "dev", "tmp"):
+        (rootfs / sub).mkdir(parents=True, exist_ok=True)
+    shutil.copy("/bin/busybox", rootfs / "bin/busybox")
+    for applet in ("sh", "sleep", "true", "cat", "head"):
+        (rootfs / "bin" / applet).symlink_to("busybox")
+    subprocess.run(["runc", "spec"], cwd=bundle, check=True)
+    config = json.loads((bundle / "config.json").read_text())
+    config["process"].update(args=list(args), terminal=False)
+    (bundle / "config.json").write_text(json.dumps(config))
+    return bundle
+
+
+def machine() -> str:
+    def version(argv: list[str]) -> str:
+        try:
+            out = subprocess.run(argv, capture_output=True, text=True, check=False).stdout
+        except OSError:
+            return "missing"
+        return out.strip().splitlines()[0] if out.strip() else "unknown"
+
+    debian = Path("/etc/debian_version").read_text().strip()
+    return (f"{platform.node()}: Debian {debian}, kernel {platform.release()}, "
+            f"{os.cpu_count()} CPUs, Python {platform.python_version()}; "
+            f"{version(['podman', '--version'])}; {version(['runc', '--version'])}; "
+            f"{version(['sinfo', '--version'])}; criu {version(['criu', '--version'])[-5:]}")

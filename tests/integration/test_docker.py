@@ -1,0 +1,225 @@
+"""docker (dockerd + containerd's runc shim) drives scrun end to end: local and Slurm
+backends, both oci.conf modes, on a private dockerd the tests start and stop."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.dockerd import IMAGE, RUNTIME, Dockerd, DockerLeakCheck
+from tests.integration.harness import (
+    OCI_CONFS,
+    Cluster,
+    Runtime,
+    make_runtime,
+    make_slurm_runtime,
+    processes_mentioning,
+    require,
+    slurm,
+    wait_for,
+)
+
+RUN = ("run", "--runtime", RUNTIME, "--network", "none")
+
+
+@pytest.fixture(scope="session")
+def dockerd() -> Iterator[Dockerd]:
+    daemon = Dockerd()
+    try:
+        daemon.start()
+        yield daemon
+    finally:
+        daemon.stop()
+
+
+def _docker_runtime(dockerd: Dockerd, tmp_path: Path, conf: Path | None,
+                    oci_conf: str | None) -> Iterator[Runtime]:
+    made = (make_runtime(tmp_path, oci_conf) if conf is None
+            else make_slurm_runtime(tmp_path, conf, oci_conf))
+    runtime = dockerd.use(made)
+    leaks = DockerLeakCheck(runtime, str(tmp_path), dockerd, conf)
+    yield runtime
+    leaks.check()
+
+
+@pytest.fixture(params=["local/run", "local/create-start", "slurm/run", "slurm/create-start"])
+def docker_runtime(request: pytest.FixtureRequest, dockerd: Dockerd, cluster: Cluster,
+            tmp_path: Path) -> Iterator[Runtime]:
+    """pyscrun as docker's runtime on each backend in each oci.conf mode; checked for
+    leaks (processes, spool dirs, runc containers, task dirs, shims, containers, jobs)."""
+    backend, mode = request.param.split("/")
+    conf = cluster.up(1) if backend == "slurm" else None
+    yield from _docker_runtime(dockerd, tmp_path, conf, OCI_CONFS[mode])
+
+
+@pytest.fixture
+def docker_slurm_runtime(request: pytest.FixtureRequest, dockerd: Dockerd, cluster: Cluster,
+                  tmp_path: Path) -> Iterator[Runtime]:
+    """pyscrun (built-in oci.conf) on a cluster of `@pytest.mark.nodes(N)` nodes (1 unless
+    marked)."""
+    marker = request.node.get_closest_marker("nodes")
+    conf = cluster.up(marker.args[0] if marker else 1)
+    yield from _docker_runtime(dockerd, tmp_path, conf, None)
+
+
+def test_docker_info_shows_the_runtime(dockerd: Dockerd) -> None:
+    done = dockerd.docker("info", "--format", "{{json .Runtimes}}")
+    assert done.returncode == 0, done.stderr
+    assert f'"{RUNTIME}"' in done.stdout.decode()
+
+
+def test_echo_prints_output(dockerd: Dockerd, docker_runtime: Runtime) -> None:
+    done = dockerd.docker(*RUN, "--rm", IMAGE, "echo", "hi")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == b"hi\n"
+
+
+def test_exit_code_reaches_docker(dockerd: Dockerd, docker_runtime: Runtime) -> None:
+    done = dockerd.docker(*RUN, "--rm", IMAGE, "sh", "-c", "exit 3")
+    assert done.returncode == 3, done.stderr
+
+
+def test_stdin_reaches_container(dockerd: Dockerd, docker_runtime: Runtime) -> None:
+    done = dockerd.docker(*RUN, "-i", "--rm", IMAGE, "cat", input=b"data\n")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == b"data\n"
+
+
+def _run_detached(dockerd: Dockerd, *command: str) -> str:
+    done = dockerd.docker(*RUN, "-d", IMAGE, *command)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.decode().strip()
+
+
+def _exit_code(dockerd: Dockerd, container: str) -> int:
+    done = dockerd.docker("inspect", "--format", "{{.State.ExitCode}}", container)
+    assert done.returncode == 0, done.stderr
+    return int(done.stdout)
+
+
+def _wait_all_gone(dockerd: Dockerd, container: str) -> None:
+    """No shim, anchor or node agent of the container is left (the fixture checks jobs)."""
+    wait_for(lambda: not processes_mentioning(container), 10,
+             f"the processes of {container[:12]} to end: {processes_mentioning(container)}")
+
+
+def test_stop_kills_a_process_ignoring_sigterm_after_the_timeout(
+        dockerd: Dockerd, docker_runtime: Runtime) -> None:
+    # sleep as the container's pid 1 has no handler for SIGTERM: the kernel ignores it.
+    container = _run_detached(dockerd, "sleep", "1000")
+    started = time.monotonic()
+    done = dockerd.docker("stop", "-t", "1", container)
+    elapsed = time.monotonic() - started
+    assert done.returncode == 0, done.stderr
+    assert 1 <= elapsed < 10
+    assert _exit_code(dockerd, container) == 137
+    assert dockerd.docker("rm", container).returncode == 0
+    _wait_all_gone(dockerd, container)
+
+
+def test_stop_of_a_shell_that_honours_sigterm_is_quick(dockerd: Dockerd, docker_runtime: Runtime) -> None:
+    container = _run_detached(dockerd, "sh", "-c",
+                              "trap 'exit 143' TERM; echo ready; while true; do sleep 0.1; done")
+    # Through Slurm the container starts a moment after `docker run -d` returned; a
+    # SIGTERM before the trap would be ignored (the shell is the container's pid 1).
+    wait_for(lambda: b"ready" in dockerd.docker("logs", container).stdout, 30, "the trap")
+    started = time.monotonic()
+    assert dockerd.docker("stop", "-t", "10", container).returncode == 0
+    assert time.monotonic() - started < 5
+    assert _exit_code(dockerd, container) == 143
+    assert dockerd.docker("rm", container).returncode == 0
+    _wait_all_gone(dockerd, container)
+
+
+def test_kill_ends_the_container(dockerd: Dockerd, docker_runtime: Runtime) -> None:
+    container = _run_detached(dockerd, "sleep", "1000")
+    assert dockerd.docker("kill", container).returncode == 0
+    assert dockerd.docker("wait", container, timeout=30).stdout.strip() == b"137"
+    assert dockerd.docker("rm", container).returncode == 0
+    _wait_all_gone(dockerd, container)
+
+
+def test_rm_force_removes_a_running_container(dockerd: Dockerd, docker_runtime: Runtime) -> None:
+    container = _run_detached(dockerd, "sleep", "1000")
+    done = dockerd.docker("rm", "-f", container)
+    assert done.returncode == 0, done.stderr
+    assert container not in dockerd.containers()
+    _wait_all_gone(dockerd, container)
+
+
+def test_interactive_terminal_under_tmux(dockerd: Dockerd, docker_runtime: Runtime, tmp_path: Path) -> None:
+    require("tmux", "tmux")
+    # A tmux server of the test's own: nothing a user runs in tmux is touched.
+    server = f"pyscrun-docker-{uuid.uuid4().hex[:8]}"
+
+    def tmux(*args: str) -> str:
+        return subprocess.run(["tmux", "-L", server, *args], capture_output=True, text=True,
+                              check=True).stdout
+
+    def screen() -> str:
+        return tmux("capture-pane", "-p", "-t", "t")
+
+    def wait_screen(text: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in screen() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert text in screen(), screen()
+
+    result = tmp_path / "result"
+    command = (f"env DOCKER_HOST={dockerd.env['DOCKER_HOST']} docker {' '.join(RUN)} -it --rm"
+               f" {IMAGE} sh; echo $? > {result}")
+    tmux("new-session", "-d", "-s", "t", "-x", "100", "-y", "30", command)
+    try:
+        wait_screen("#", 30)
+        tmux("send-keys", "-t", "t", "echo typed$((40+2)); stty size", "Enter")
+        wait_screen("30 100", 10)
+        assert "typed42" in screen()
+        tmux("resize-window", "-t", "t", "-x", "80", "-y", "20")
+        time.sleep(0.5)
+        tmux("send-keys", "-t", "t", "stty size", "Enter")
+        wait_screen("20 80", 10)
+        tmux("send-keys", "-t", "t", "exit 5", "Enter")
+        wait_for(result.exists, 20, "docker run -it to end")
+        assert result.read_text().strip() == "5"
+    finally:
+        subprocess.run(["tmux", "-L", server, "kill-server"], capture_output=True, check=False)
+
+
+def test_container_prints_its_slurm_job_id(dockerd: Dockerd, docker_slurm_runtime: Runtime) -> None:
+    done = dockerd.docker(*RUN, "--rm", IMAGE, "sh", "-c", "echo job=$SLURM_JOB_ID")
+    assert done.returncode == 0, done.stderr
+    job = re.fullmatch(rb"job=(\d+)\n", done.stdout)
+    assert job, done.stdout
+    record = slurm(docker_slurm_runtime.slurm_conf.resolve(), "scontrol", "-o", "show", "job",
+                   job.group(1).decode())
+    assert record.returncode == 0, record.stderr
+    assert "JobName=scrun" in record.stdout
+
+
+def test_hundred_sequential_runs_through_slurm(dockerd: Dockerd, docker_slurm_runtime: Runtime) -> None:
+    failures = []
+    for i in range(100):
+        try:
+            done = dockerd.docker(*RUN, "--rm", IMAGE, "true", timeout=60)
+        except subprocess.TimeoutExpired:
+            failures.append(f"run {i}: hung")
+            continue
+        if done.returncode != 0:
+            failures.append(f"run {i}: rc={done.returncode} {done.stderr[-300:]!r}")
+    assert failures == []
+
+
+@pytest.mark.nodes(3)
+def test_three_nodes_three_tasks(dockerd: Dockerd, docker_slurm_runtime: Runtime) -> None:
+    # docker gives a container its own UTS namespace (hostname = container id) unless
+    # --uts=host, as Slurm's container guide configures for podman.
+    done = dockerd.docker(*RUN, "--rm", "--uts=host", "-e", "SCRUN_JOB_NUM_NODES=3",
+                          "-e", "SCRUN_NTASKS=3", IMAGE, "hostname")
+    assert done.returncode == 0, done.stderr
+    assert sorted(done.stdout.decode().split()) == ["n1", "n2", "n3"]
