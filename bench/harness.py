@@ -75,7 +75,8 @@ class Runtimes:
     """scrun wrappers (local backend, and Slurm on the loopback cluster) in a temp dir."""
 
     def __init__(self) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="pyscrun-bench."))
+        # Under /run (tmpfs) like a real --root: state files are fsynced.
+        self.dir = Path(tempfile.mkdtemp(prefix="pyscrun-bench.", dir="/run"))
         self.local = self._wrapper("local", None)
         self.slurm_conf = self._cluster_up()
         self.slurm = self._wrapper("slurm", self.slurm_conf)

@@ -6,7 +6,6 @@ and every import counts. The JSON form is what conmon reads back on failure.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
@@ -68,7 +67,9 @@ class Logger:
         now = time.time()
         stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1e6):06d}Z"
         if self.file_format == "json":
-            line = json.dumps(
+            from pyscrun import jsonc
+
+            line = jsonc.dumps(
                 {"level": _JSON_LEVEL.get(level, "debug"), "msg": msg, "time": stamp}
             )
         else:

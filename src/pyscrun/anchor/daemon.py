@@ -33,6 +33,9 @@ if TYPE_CHECKING:
     from pyscrun.hooks.lua import ScrunLua
 
 _TERMINATING_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+# Signals whose default action neither ends nor dumps a process.
+_HARMLESS_SIGNALS = frozenset((signal.SIGCHLD, signal.SIGCONT, signal.SIGURG, signal.SIGWINCH,
+                               signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU))
 # After SIGKILL was ordered, how long the step may take before its launcher is killed.
 KILL_GRACE = 10.0
 
@@ -112,6 +115,10 @@ class Anchor:
         self.ready_fd = ready_fd
         if self.request.restore is None:
             self._report_ready(None)
+            if self.backend.name == "local":
+                # The agent runs in a fork of this process: load it while podman is
+                # busy starting `scrun start`, not after.
+                import pyscrun.node.agent  # noqa: F401
         status = self._serve()
         os._exit(status & 0xFF)
 
@@ -278,8 +285,10 @@ class Anchor:
     def _kill(self, signum: int) -> None:
         status = self.state.status
         if status == CREATED:
-            # Nothing runs yet: the container is over before it started.
-            self.exit_status = 128 + signum
+            # Nothing runs yet: a signal that would end a process ends the container
+            # before it started; one that would not (CONT, WINCH, STOP...) does nothing.
+            if signum not in _HARMLESS_SIGNALS:
+                self.exit_status = 128 + signum
             return
         if status != RUNNING:
             raise InvalidState(f"cannot kill a container that is {status}")

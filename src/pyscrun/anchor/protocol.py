@@ -6,11 +6,11 @@ open: it says hello, then the anchor sends it orders (kill) and it reports event
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import struct
 
+from pyscrun import jsonc
 from pyscrun.errors import AnchorError
 
 TYPE_CHECKING = False
@@ -59,7 +59,7 @@ def peer_uid(conn: socket.socket) -> int:
 
 
 def encode(message: dict[str, Any]) -> bytes:
-    return json.dumps(message, separators=(",", ":")).encode() + b"\n"
+    return jsonc.dumps(message).encode() + b"\n"
 
 
 class LineReader:
@@ -76,7 +76,7 @@ class LineReader:
         self.buffer = lines.pop()
         messages = []
         for line in lines:
-            message = json.loads(line)
+            message = jsonc.loads(line)
             if not isinstance(message, dict):
                 raise ValueError("control message is not an object")
             messages.append(message)

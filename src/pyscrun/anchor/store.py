@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import os
 
+from pyscrun import jsonc
 from pyscrun.errors import ContainerExists, ContainerNotFound, ScrunError, UsageError
 from pyscrun.oci.state import ContainerState
 
@@ -90,7 +90,7 @@ class Store:
         return spool
 
     def save(self, state: ContainerState) -> None:
-        data = json.dumps(state.to_json(), separators=(",", ":")).encode()
+        data = jsonc.dumps(state.to_json()).encode()
         try:
             write_atomic(os.path.join(self.spool_dir(state.id), STATE_FILE), data)
         except OSError as err:
@@ -107,8 +107,8 @@ class Store:
         except OSError as err:
             raise ScrunError(f"cannot read state of {container_id!r}: {err.strerror}") from None
         try:
-            return ContainerState.from_json(json.loads(raw))
-        except (ValueError, TypeError):
+            return ContainerState.from_json(jsonc.loads(raw))
+        except (ValueError, TypeError, RecursionError):
             raise ScrunError(f"state of {container_id!r} is corrupt: {path}") from None
 
     def socket_path(self, container_id: str) -> str:
@@ -123,7 +123,7 @@ class Store:
         for entry in entries:
             try:
                 with open(os.path.join(self.root, entry, STATE_FILE), "rb") as state_file:
-                    found.append(json.loads(state_file.read())["id"])
+                    found.append(jsonc.loads(state_file.read())["id"])
             except (OSError, ValueError, KeyError):
                 continue
         return found

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
-
+from pyscrun import jsonc
 from pyscrun.cli.main import Context
 from pyscrun.errors import UsageError
 
 
 def state(ctx: Context) -> int:
     document = ctx.store.load(ctx.container_id).oci_document()
-    print(json.dumps(document, indent=2))
+    print(jsonc.dumps(document))
     return 0
 
 
@@ -26,7 +25,7 @@ def list_containers(ctx: Context) -> int:
     if ctx.flag("quiet"):
         print("\n".join(s["id"] for s in states))
     elif output_format == "json":
-        print(json.dumps(states))
+        print(jsonc.dumps(states))
     elif output_format == "table":
         print(f"{'ID':<20}{'PID':<10}{'STATUS':<10}{'BUNDLE':<40}{'CREATED':<22}OWNER")
         for s in states:
@@ -40,5 +39,5 @@ def list_containers(ctx: Context) -> int:
 def features(ctx: Context) -> int:
     from pyscrun.oci.features import document
 
-    print(json.dumps(document(), indent=2))
+    print(jsonc.dumps(document()))
     return 0

@@ -150,6 +150,7 @@ class Agent:
         self.process: subprocess.Popen[bytes] | None = None
         self.container_pid = 0
         self.pending_signals: list[int] = []
+        self.ended_by_itself = False
         self.ident = TaskIdentity.from_env(env)
         self.more_patterns = more_patterns
 
@@ -285,7 +286,8 @@ class Agent:
                 timeout = 0.05 if self.pending_signals else None
                 for key, _ in self.selector.select(timeout):
                     if key.data == "exit":
-                        return _wait_status(pid)
+                        status, self.ended_by_itself = _wait_status(pid)
+                        return status
                     if key.data == "control":
                         self._on_control()
                     elif key.data == "signal":
@@ -342,6 +344,8 @@ class Agent:
         try:
             self.commands = commands = task.prepare(self.more_patterns)
             restore = self.env.get("PYSCRUN_AGENT_RESTORE")
+            foreground = bool(restore) or self.conf.run_mode
+            status: int | None = None
             try:
                 if restore:
                     status = self.restore_mode(commands, json.loads(restore))
@@ -350,7 +354,10 @@ class Agent:
                 else:
                     status = self.create_start_mode(commands)
             finally:
-                stop_and_delete(commands)
+                # A foreground run or restore that ended by itself has removed its
+                # container; anything else may have left one to kill and delete.
+                if not (foreground and status is not None and self.ended_by_itself):
+                    stop_and_delete(commands)
         finally:
             task.cleanup()
         return self._report_exit(status)
@@ -371,13 +378,16 @@ class Agent:
         return 0
 
 
-def _wait_status(pid: int) -> int:
-    """Exit status of a child the way a shell reports it (128+N for signal N)."""
+def _wait_status(pid: int) -> tuple[int, bool]:
+    """Exit status of a child the way a shell reports it (128+N for signal N), and
+    whether it exited by itself (rather than being killed)."""
     try:
         _, status = os.waitpid(pid, 0)
     except ChildProcessError:
-        return 0
-    return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+        return 0, False
+    if os.WIFEXITED(status):
+        return os.waitstatus_to_exitcode(status), True
+    return 128 + os.WTERMSIG(status), False
 
 
 def _set_child_subreaper() -> None:
