@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -172,7 +173,7 @@ def anchor_rss(rt: Runtimes) -> list[Result]:
     try:
         state = subprocess.run([str(rt.local), "state", "rss"], capture_output=True, text=True,
                                check=True).stdout
-        anchor = int(re.search(r'"pid": (\d+)', state).group(1))  # type: ignore[union-attr]
+        anchor = int(json.loads(state)["pid"])
         mine = _rss_mib(anchor)
     finally:
         subprocess.run([str(rt.local), "delete", "--force", "rss"], check=False)

@@ -66,14 +66,14 @@ def test_kill_of_created_container_stops_it(local_runtime: Runtime, tmp_path: Pa
 
 
 def test_state_says_stopped_after_the_anchor_crashes(local_runtime: Runtime, tmp_path: Path) -> None:
-    bundle = make_bundle(tmp_path, ["sleep", "1000"])
+    bundle = make_bundle(tmp_path, ["sleep", "917331"])  # a number no other test uses
     assert local_runtime.scrun("create", "-b", str(bundle), "crash").returncode == 0
     assert local_runtime.scrun("start", "crash").returncode == 0
     anchor = int(_state(local_runtime, "crash")["pid"])  # type: ignore[call-overload]
     os.kill(anchor, signal.SIGKILL)
     wait_for(lambda: _state(local_runtime, "crash")["status"] == "stopped", 10, "stopped")
     # The node agent notices its anchor is gone and ends the container.
-    wait_for(lambda: not processes_mentioning("sleep 1000"), 10, "the container to end")
+    wait_for(lambda: not processes_mentioning("sleep 917331"), 10, "the container to end")
     assert local_runtime.scrun("delete", "crash").returncode == 0
 
 

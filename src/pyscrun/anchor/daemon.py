@@ -328,6 +328,9 @@ class Anchor:
 
     # -- staging (scrun.lua) -------------------------------------------------------------
     def _stage_in(self) -> None:
+        if not self.site.scrun_lua.exists():
+            log.current.info(f"no {self.site.scrun_lua}: no staging")
+            return
         from pyscrun.hooks import lua
 
         allocation, state = self.allocation, self.state

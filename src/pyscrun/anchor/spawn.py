@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 
 from pyscrun import log
 from pyscrun.anchor.store import Store
@@ -17,19 +16,24 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-@dataclass
 class CreateRequest:
-    container_id: str
-    bundle: Bundle
-    store: Store
-    site: Site
-    console_socket: str | None
-    pid_file: str | None
-    environ: dict[str, str]
-    job_options: dict[str, str] = field(default_factory=dict)
-    log_file: str | None = None
-    log_format: str = "text"
-    restore: dict[str, Any] | None = None  # the CRIU order when this is a restore
+    """Everything the anchor is told by create (or restore)."""
+
+    def __init__(self, container_id: str, bundle: Bundle, store: Store, site: Site,
+                 console_socket: str | None, pid_file: str | None, environ: dict[str, str],
+                 job_options: dict[str, str], log_file: str | None = None,
+                 log_format: str = "text", restore: dict[str, Any] | None = None) -> None:
+        self.container_id = container_id
+        self.bundle = bundle
+        self.store = store
+        self.site = site
+        self.console_socket = console_socket
+        self.pid_file = pid_file
+        self.environ = environ
+        self.job_options = job_options
+        self.log_file = log_file
+        self.log_format = log_format
+        self.restore = restore  # the CRIU order when this is a restore
 
 
 def write_all(fd: int, data: bytes) -> None:

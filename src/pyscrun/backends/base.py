@@ -2,34 +2,35 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from pyscrun.conf.site import Site
 from pyscrun.oci.state import ContainerState
 
 
-@dataclass
 class Allocation:
-    job_id: str
-    nodes: list[str]
-    owned: bool  # False when the job was given (SLURM_JOB_ID): never end it
-    env: dict[str, str] = field(default_factory=dict)  # the job's SLURM_* variables
+    def __init__(self, job_id: str, nodes: list[str], owned: bool,
+                 env: dict[str, str] | None = None) -> None:
+        self.job_id = job_id
+        self.nodes = nodes
+        self.owned = owned  # False when the job was given (SLURM_JOB_ID): never end it
+        self.env = env or {}  # the job's SLURM_* variables
 
 
-@dataclass
 class LaunchRequest:
     """Everything a node agent needs, passed to it as PYSCRUN_AGENT_* variables."""
 
-    agent_env: dict[str, str]
-    job_env: dict[str, str]
-    terminal_fd: int | None  # pty slave for a terminal container, else None
-    step_args: list[str] = field(default_factory=list)  # scheduler options for the step
-    pass_stdio: bool = False  # agents take the container's stdio from the anchor
+    def __init__(self, agent_env: dict[str, str], job_env: dict[str, str],
+                 terminal_fd: int | None, step_args: list[str] | None = None,
+                 pass_stdio: bool = False) -> None:
+        self.agent_env = agent_env
+        self.job_env = job_env
+        self.terminal_fd = terminal_fd  # pty slave for a terminal container, else None
+        self.step_args = step_args or []  # scheduler options for the step
+        self.pass_stdio = pass_stdio  # agents take the container's stdio from the anchor
 
 
-@dataclass
 class Step:
-    pid: int  # the process the anchor waits on: the agent itself, or srun
+    def __init__(self, pid: int) -> None:
+        self.pid = pid  # the process the anchor waits on: the agent itself, or srun
 
 
 class Backend:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyscrun.conf import keyvalue, patterns
@@ -62,58 +61,76 @@ def _level(value: str, where: str) -> int:
     return parse_level(value, where)
 
 
-@dataclass(frozen=True)
 class Directive:
-    name: str
-    convert: Callable[[str, str], Any]
-    repeat: bool = False
+    """One oci.conf directive: its spelling, how its value is read, its default."""
+
+    __slots__ = ("convert", "default", "name", "repeat")
+
+    def __init__(self, name: str, convert: Callable[[str, str], Any], default: Any = "",
+                 repeat: bool = False) -> None:
+        self.name = name
+        self.convert = convert
+        self.default = default
+        self.repeat = repeat
 
 
 DIRECTIVES = {
     d.name.lower(): d
     for d in (
         Directive("ContainerPath", _text),
-        Directive("CreateEnvFile", _env_file),
+        Directive("CreateEnvFile", _env_file, "disabled"),
         Directive("DebugFlags", _text),
-        Directive("DisableCleanup", _boolean),
-        Directive("DisableHooks", _hook_list),
-        Directive("EnvExclude", _regex),
-        Directive("FileDebug", _level),
-        Directive("IgnoreFileConfigJson", _boolean),
+        Directive("DisableCleanup", _boolean, False),
+        Directive("DisableHooks", _hook_list, ()),
+        Directive("EnvExclude", _regex, None),
+        Directive("FileDebug", _level, None),
+        Directive("IgnoreFileConfigJson", _boolean, False),
         Directive("MountSpoolDir", _text),
         *(Directive(name, _pattern) for name in RUNTIME_DIRECTIVES),
-        Directive("RunTimeEnvExclude", _regex),
-        Directive("SrunArgs", _text, repeat=True),
+        Directive("RunTimeEnvExclude", _regex, None),
+        Directive("SrunArgs", _text, (), repeat=True),
         Directive("SrunPath", _text),
-        Directive("StdIODebug", _level),
-        Directive("SyslogDebug", _level),
+        Directive("StdIODebug", _level, None),
+        Directive("SyslogDebug", _level, None),
     )
 }
 
 
-@dataclass(frozen=True)
 class OciConf:
-    source: str = "built-in default"
-    ContainerPath: str = ""
-    CreateEnvFile: str = "disabled"
-    DebugFlags: str = ""
-    DisableCleanup: bool = False
-    DisableHooks: tuple[str, ...] = ()
-    EnvExclude: re.Pattern[str] | None = None
-    FileDebug: int | None = None
-    IgnoreFileConfigJson: bool = False
-    MountSpoolDir: str = ""
-    RunTimeCreate: str = ""
-    RunTimeDelete: str = ""
-    RunTimeKill: str = ""
-    RunTimeQuery: str = ""
-    RunTimeRun: str = ""
-    RunTimeStart: str = ""
-    RunTimeEnvExclude: re.Pattern[str] | None = None
-    SrunArgs: tuple[str, ...] = field(default_factory=tuple)
-    SrunPath: str = ""
-    StdIODebug: int | None = None
-    SyslogDebug: int | None = None
+    """A parsed oci.conf: one attribute per directive, named as Slurm spells it.
+
+    A plain class rather than a dataclass: `dataclasses` costs create milliseconds.
+    """
+
+    __slots__ = ("source", *(d.name for d in DIRECTIVES.values()))
+    source: str
+    ContainerPath: str
+    CreateEnvFile: str
+    DebugFlags: str
+    DisableCleanup: bool
+    DisableHooks: tuple[str, ...]
+    EnvExclude: re.Pattern[str] | None
+    FileDebug: int | None
+    IgnoreFileConfigJson: bool
+    MountSpoolDir: str
+    RunTimeCreate: str
+    RunTimeDelete: str
+    RunTimeKill: str
+    RunTimeQuery: str
+    RunTimeRun: str
+    RunTimeStart: str
+    RunTimeEnvExclude: re.Pattern[str] | None
+    SrunArgs: tuple[str, ...]
+    SrunPath: str
+    StdIODebug: int | None
+    SyslogDebug: int | None
+
+    def __init__(self, source: str = "built-in default", **values: Any) -> None:
+        self.source = source
+        for directive in DIRECTIVES.values():
+            setattr(self, directive.name, values.pop(directive.name, directive.default))
+        if values:
+            raise TypeError(f"not oci.conf directives: {sorted(values)}")
 
     @property
     def run_mode(self) -> bool:

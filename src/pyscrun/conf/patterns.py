@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from pyscrun.errors import ConfigError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 # Pattern letter -> what it stands for (the field of PatternValues that fills it).
 PATTERNS = {
@@ -28,20 +31,23 @@ PATTERNS = {
 }
 
 
-@dataclass(frozen=True)
 class PatternValues:
-    bundle: str = ""
-    env_file: str = ""
-    job_id: str = ""
-    step_dir: str = ""
-    node_name: str = ""
-    pid: str = ""
-    rootfs: str = ""
-    step_id: str = ""
-    task_id: str = ""
-    user_name: str = ""
-    uid: str = ""
-    args: Sequence[str] = ()
+    """What each pattern stands for in one task (immutable: `replace` gives a copy)."""
+
+    __slots__ = ("args", *PATTERNS.values())
+
+    def __init__(self, bundle: str = "", env_file: str = "", job_id: str = "",
+                 step_dir: str = "", node_name: str = "", pid: str = "", rootfs: str = "",
+                 step_id: str = "", task_id: str = "", user_name: str = "", uid: str = "",
+                 args: Sequence[str] = ()) -> None:
+        self.bundle, self.env_file, self.job_id, self.step_dir = bundle, env_file, job_id, step_dir
+        self.node_name, self.pid, self.rootfs, self.step_id = node_name, pid, rootfs, step_id
+        self.task_id, self.user_name, self.uid, self.args = task_id, user_name, uid, args
+
+    def replace(self, **changes: Any) -> PatternValues:
+        values = {name: getattr(self, name) for name in self.__slots__}
+        values.update(changes)
+        return PatternValues(**values)
 
 
 def check(pattern: str, where: str) -> None:

@@ -8,19 +8,23 @@ separate argv entries, never through a shell.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
 from pyscrun.errors import UsageError
 
 ALLOC, STEP = "alloc", "step"
 
 
-@dataclass(frozen=True)
 class JobOption:
-    variable: str
-    option: str
-    applies_to: str = ALLOC
-    is_flag: bool = False
+    """One SCRUN_* variable: the Slurm option it sets, for salloc or srun, flag or value."""
+
+    __slots__ = ("applies_to", "is_flag", "option", "variable")
+
+    def __init__(self, variable: str, option: str, applies_to: str = ALLOC,
+                 is_flag: bool = False) -> None:
+        self.variable = variable
+        self.option = option
+        self.applies_to = applies_to
+        self.is_flag = is_flag
 
 
 JOB_OPTIONS = {

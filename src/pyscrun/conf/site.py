@@ -7,7 +7,6 @@ beside it.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 from pyscrun.conf import keyvalue, ociconf, patterns
@@ -17,17 +16,27 @@ DEFAULT_SLURM_CONF = Path("/etc/slurm/slurm.conf")
 BACKENDS = ("auto", "local", "slurm")
 
 
-@dataclass(frozen=True)
+# pyscrun.conf's directives and their defaults. The checkpoint patterns use oci.conf's
+# %-patterns; `%@` stands for the checkpoint or restore options pyscrun builds.
+PYSCRUN_DEFAULTS = {
+    "Backend": "auto",
+    "RunTimeCheckpoint": "runc checkpoint %@ %n.%u.%j.%s.%t",
+    "RunTimeRestore": "runc restore %@ --bundle %b %n.%u.%j.%s.%t",
+}
+_PYSCRUN_KEYS = {name.lower(): name for name in PYSCRUN_DEFAULTS}
+
+
 class PyscrunConf:
-    """Settings only pyscrun has. The checkpoint patterns use oci.conf's %-patterns;
-    `%@` stands for the checkpoint or restore options pyscrun builds."""
+    """Settings only pyscrun has (pyscrun.conf beside oci.conf)."""
 
-    Backend: str = "auto"
-    RunTimeCheckpoint: str = "runc checkpoint %@ %n.%u.%j.%s.%t"
-    RunTimeRestore: str = "runc restore %@ --bundle %b %n.%u.%j.%s.%t"
+    __slots__ = tuple(PYSCRUN_DEFAULTS)
+    Backend: str
+    RunTimeCheckpoint: str
+    RunTimeRestore: str
 
-
-_PYSCRUN_KEYS = {name.lower(): name for name in PyscrunConf.__dataclass_fields__}
+    def __init__(self, **values: str) -> None:
+        for name, default in PYSCRUN_DEFAULTS.items():
+            setattr(self, name, values.get(name, default))
 
 
 def _parse_pyscrun_conf(path: Path) -> PyscrunConf:
@@ -52,12 +61,17 @@ def _parse_pyscrun_conf(path: Path) -> PyscrunConf:
     return PyscrunConf(**values)
 
 
-@dataclass(frozen=True)
 class Site:
-    slurm_conf: Path
-    oci: ociconf.OciConf
-    backend: str
-    pyscrun: PyscrunConf
+    """Where this machine's configuration lives and what it says."""
+
+    __slots__ = ("backend", "oci", "pyscrun", "slurm_conf")
+
+    def __init__(self, slurm_conf: Path, oci: ociconf.OciConf, backend: str,
+                 pyscrun: PyscrunConf) -> None:
+        self.slurm_conf = slurm_conf
+        self.oci = oci
+        self.backend = backend
+        self.pyscrun = pyscrun
 
     @property
     def conf_dir(self) -> Path:

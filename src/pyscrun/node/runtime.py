@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-from dataclasses import replace
 from pathlib import Path
 
 from pyscrun import log
@@ -34,11 +33,11 @@ class RuntimeCommands:
         return self.more.get(directive) or str(getattr(self.conf, directive, ""))
 
     def command(self, directive: str, args: list[str] | None = None) -> str:
-        values = self.values if args is None else replace(self.values, args=args)
+        values = self.values if args is None else self.values.replace(args=args)
         return patterns.expand(self.pattern(directive), values)
 
     def set_pid(self, pid: int) -> None:
-        self.values = replace(self.values, pid=str(pid))
+        self.values = self.values.replace(pid=str(pid))
 
     def spawn(self, directive: str, args: list[str] | None = None) -> subprocess.Popen[bytes]:
         """Start a command that inherits stdio: the container's own run or create."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 from pyscrun.errors import BundleError
@@ -18,10 +17,14 @@ if TYPE_CHECKING:
 MAX_CONFIG_BYTES = 16 * 1024 * 1024
 
 
-@dataclass(frozen=True)
 class Bundle:
-    path: Path
-    config: dict[str, Any]
+    """A checked bundle: its directory and its config.json."""
+
+    __slots__ = ("config", "path")
+
+    def __init__(self, path: Path, config: dict[str, Any]) -> None:
+        self.path = path
+        self.config = config
 
     @property
     def config_path(self) -> Path:
