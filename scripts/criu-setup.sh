@@ -45,17 +45,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-debian_major() {
-    local v
-    v="$(cat /etc/debian_version 2>/dev/null || true)"
-    case $v in
-        12* | bookworm*) echo 12 ;;
-        13* | trixie*) echo 13 ;;
-        [0-9]*) echo "${v%%.*}" ;;
-        *) echo unknown ;;
-    esac
-}
-
 # criu_version BIN: "4.1.1" (empty when BIN does not run).
 criu_version() {
     "$1" --version 2>/dev/null | sed -n 's/^Version: *//p' | head -n 1
@@ -253,8 +242,7 @@ route_build() {
     }
     local p missing=()
     for p in "${BUILD_DEPS[@]}"; do
-        [[ "$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)" == installed ]] ||
-            missing+=("$p")
+        package_installed "$p" || missing+=("$p")
     done
     if [[ ${#missing[@]} -gt 0 ]]; then
         say "installing build dependencies: ${missing[*]}"
@@ -311,7 +299,7 @@ install_debian12() {
 
 main() {
     local rel first want
-    rel="$(debian_major)"
+    rel="$(debian_release)"
     first="$(command -v criu 2>/dev/null || true)"
     if [[ -z ${PYSCRUN_CRIU_ROUTE:-} ]]; then
         if [[ -n $first ]] && criu_ok "$first"; then

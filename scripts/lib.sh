@@ -61,3 +61,107 @@ pid_alive() {
     tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$pattern" || return 1
     printf '%s\n' "$pid"
 }
+
+# package_installed NAME: true when dpkg has the package installed.
+package_installed() {
+    [[ "$(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null || true)" == installed ]]
+}
+
+# daemon_pids NAME...: pids of processes whose comm starts with one of the NAMEs, one
+# per line, sorted as text for comm(1). Reads /proc: procps may not be installed yet.
+daemon_pids() {
+    local p c d
+    for p in /proc/[0-9]*; do
+        c="$(cat "$p/comm" 2>/dev/null)" || continue
+        for d in "$@"; do
+            if [[ $c == "$d"* ]]; then echo "${p#/proc/}"; fi
+        done
+    done | sort
+}
+
+# install_missing: apt-get install whichever of the array PACKAGES is missing, with
+# apt's output in APT_LOG, without leaving running any daemon (comm names in the
+# array DAEMONS, systemd units in the array UNITS) that a package script started.
+install_missing() {
+    local p missing=()
+    for p in "${PACKAGES[@]}"; do
+        package_installed "$p" || missing+=("$p")
+    done
+    [[ ${#missing[@]} -eq 0 ]] && return 0
+
+    say "installing: ${missing[*]}"
+    local before policy=/usr/sbin/policy-rc.d our_policy="" rc=0
+    before="$(daemon_pids "${DAEMONS[@]}")"
+    # invoke-rc.d and deb-systemd-invoke honour policy-rc.d; only add one if none exists.
+    if [[ ! -e $policy ]]; then
+        printf '#!/bin/sh\nexit 101\n' >"$policy"
+        chmod 0755 "$policy"
+        our_policy=$policy
+    fi
+    {
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq &&
+            apt-get install -y -qq \
+                -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold \
+                "${missing[@]}"
+    } >"$APT_LOG" 2>&1 || rc=$?
+    [[ -n $our_policy ]] && rm -f "$our_policy"
+    if [[ $rc -ne 0 ]]; then
+        tail -n 20 "$APT_LOG" >&2
+        die "apt-get failed (exit $rc); full log: $APT_LOG"
+    fi
+
+    # Stop any daemon that appeared during the installation, and only those.
+    local pid new
+    new="$(comm -13 <(printf '%s\n' "$before") <(daemon_pids "${DAEMONS[@]}") | grep -E '^[0-9]+$' || true)"
+    for pid in $new; do
+        say "stopping daemon started by package installation: $(cat "/proc/$pid/comm" 2>/dev/null) (pid $pid)"
+        kill "$pid" 2>/dev/null || true
+    done
+    if [[ -n $new ]]; then
+        sleep 2
+        for pid in $new; do kill -9 "$pid" 2>/dev/null || true; done
+    fi
+    if [[ -d /run/systemd/system ]] && command -v systemctl >/dev/null 2>&1; then
+        systemctl stop "${UNITS[@]}" >/dev/null 2>&1 || true
+    fi
+    for p in "${missing[@]}"; do
+        package_installed "$p" || die "package $p is still not installed"
+    done
+}
+
+# debian_release: 12, 13, or what /etc/debian_version says.
+debian_release() {
+    local v
+    v="$(cat /etc/debian_version 2>/dev/null || true)"
+    case $v in
+        12* | bookworm*) echo 12 ;;
+        13* | trixie*) echo 13 ;;
+        *) echo "${v:-unknown}" ;;
+    esac
+}
+
+# busybox_rootfs_tar BUSYBOX OUT: a tarball of the test image's root filesystem:
+# busybox-static with every applet linked in /bin, the directories tests write to,
+# and an /etc/passwd and /etc/group with root and nobody.
+busybox_rootfs_tar() {
+    local busybox=$1 out=$2 tmp rootfs applet
+    [[ -x $busybox ]] || die "$busybox not found (package busybox-static)"
+    tmp="$(mktemp -d "$(dirname "$out")/build.XXXXXX")"
+    rootfs=$tmp/rootfs
+    mkdir -p "$rootfs"/{bin,tmp,proc,sys,dev,etc,root,var/tmp,run}
+    chmod 1777 "$rootfs/tmp" "$rootfs/var/tmp"
+    chmod 0700 "$rootfs/root"
+    cp "$busybox" "$rootfs/bin/busybox"
+    for applet in $("$busybox" --list); do
+        [[ $applet == busybox || -e $rootfs/bin/$applet ]] && continue
+        ln -s busybox "$rootfs/bin/$applet"
+    done
+    [[ -e $rootfs/bin/sh ]] || die "busybox has no sh applet"
+    printf '%s\n' 'root:x:0:0:root:/root:/bin/sh' 'nobody:x:65534:65534:nobody:/nonexistent:/bin/false' \
+        >"$rootfs/etc/passwd"
+    printf '%s\n' 'root:x:0:' 'nogroup:x:65534:' >"$rootfs/etc/group"
+    tar -C "$rootfs" --numeric-owner --owner=0 --group=0 -cf "$tmp/rootfs.tar" .
+    mv -f "$tmp/rootfs.tar" "$out"
+    rm -rf "$tmp"
+}

@@ -71,28 +71,11 @@ EOF
 }
 
 build_image() {
-    [[ -x $BUSYBOX ]] || die "$BUSYBOX not found (package busybox-static)"
-    local rootfs applet
-    BUILD_TMP="$(mktemp -d "$H/build.XXXXXX")"
-    trap 'rm -rf "$BUILD_TMP"' EXIT
-    local tmp=$BUILD_TMP
-    rootfs=$tmp/rootfs
-    mkdir -p "$rootfs"/{bin,tmp,proc,sys,dev,etc,root,var/tmp,run}
-    chmod 1777 "$rootfs/tmp" "$rootfs/var/tmp"
-    chmod 0700 "$rootfs/root"
-    cp "$BUSYBOX" "$rootfs/bin/busybox"
-    for applet in $("$BUSYBOX" --list); do
-        [[ $applet == busybox || -e $rootfs/bin/$applet ]] && continue
-        ln -s busybox "$rootfs/bin/$applet"
-    done
-    [[ -e $rootfs/bin/sh ]] || die "busybox has no sh applet"
-    printf '%s\n' 'root:x:0:0:root:/root:/bin/sh' 'nobody:x:65534:65534:nobody:/nonexistent:/bin/false' \
-        >"$rootfs/etc/passwd"
-    printf '%s\n' 'root:x:0:' 'nogroup:x:65534:' >"$rootfs/etc/group"
-    tar -C "$rootfs" --numeric-owner --owner=0 --group=0 -cf "$tmp/rootfs.tar" .
-    podman import --quiet --change 'CMD ["/bin/sh"]' "$tmp/rootfs.tar" "$IMAGE" >/dev/null ||
+    local tar=$H/rootfs.tar
+    busybox_rootfs_tar "$BUSYBOX" "$tar"
+    podman import --quiet --change 'CMD ["/bin/sh"]' "$tar" "$IMAGE" >/dev/null ||
         die "podman import failed"
-    rm -rf "$BUILD_TMP"
+    rm -f "$tar"
 }
 
 # run_check DESCRIPTION EXPECTED_RC EXPECTED_STDOUT [STDIN] -- podman args...

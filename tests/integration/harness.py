@@ -12,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -254,3 +254,18 @@ class Cluster:
             self.conf = cluster_up(nodes)
             self.nodes = nodes
         return self.conf
+
+
+def hangs_and_failures(count: int, run_once: Callable[[], subprocess.CompletedProcess[bytes]],
+                       ) -> list[str]:
+    """Run count times in a row; what hung (the call timed out) or failed, each a line."""
+    failures = []
+    for i in range(count):
+        try:
+            done = run_once()
+        except subprocess.TimeoutExpired:
+            failures.append(f"run {i}: hung")
+            continue
+        if done.returncode != 0:
+            failures.append(f"run {i}: rc={done.returncode} {done.stderr[-300:]!r}")
+    return failures

@@ -17,6 +17,7 @@ from tests.integration.harness import (
     OCI_CONFS,
     Cluster,
     Runtime,
+    hangs_and_failures,
     make_runtime,
     make_slurm_runtime,
     processes_mentioning,
@@ -203,16 +204,8 @@ def test_container_prints_its_slurm_job_id(dockerd: Dockerd, docker_slurm_runtim
 
 
 def test_hundred_sequential_runs_through_slurm(dockerd: Dockerd, docker_slurm_runtime: Runtime) -> None:
-    failures = []
-    for i in range(100):
-        try:
-            done = dockerd.docker(*RUN, "--rm", IMAGE, "true", timeout=60)
-        except subprocess.TimeoutExpired:
-            failures.append(f"run {i}: hung")
-            continue
-        if done.returncode != 0:
-            failures.append(f"run {i}: rc={done.returncode} {done.stderr[-300:]!r}")
-    assert failures == []
+    assert hangs_and_failures(
+        100, lambda: dockerd.docker(*RUN, "--rm", IMAGE, "true", timeout=60)) == []
 
 
 @pytest.mark.nodes(3)

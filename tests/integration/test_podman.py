@@ -7,9 +7,15 @@ import time
 import uuid
 from pathlib import Path
 
-import pytest
-
-from tests.integration.harness import IMAGE, Runtime, podman, podman_env, require, wait_for
+from tests.integration.harness import (
+    IMAGE,
+    Runtime,
+    hangs_and_failures,
+    podman,
+    podman_env,
+    require,
+    wait_for,
+)
 
 
 def test_echo_prints_output(runtime: Runtime) -> None:
@@ -128,15 +134,6 @@ def test_interactive_terminal_under_tmux(runtime: Runtime, tmp_path: Path) -> No
         subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True, check=False)
 
 
-@pytest.mark.parametrize("count", [100])
-def test_many_sequential_runs_never_hang(default_runtime: Runtime, count: int) -> None:
-    failures = []
-    for i in range(count):
-        try:
-            done = podman(default_runtime, "run", "--rm", IMAGE, "true", timeout=60)
-        except subprocess.TimeoutExpired:
-            failures.append(f"run {i}: hung")
-            continue
-        if done.returncode != 0:
-            failures.append(f"run {i}: rc={done.returncode} {done.stderr[-300:]!r}")
-    assert failures == []
+def test_many_sequential_runs_never_hang(default_runtime: Runtime) -> None:
+    assert hangs_and_failures(
+        100, lambda: podman(default_runtime, "run", "--rm", IMAGE, "true", timeout=60)) == []

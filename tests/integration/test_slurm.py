@@ -16,6 +16,7 @@ import pytest
 from tests.integration.harness import (
     IMAGE,
     Runtime,
+    hangs_and_failures,
     make_slurm_runtime,
     podman,
     podman_env,
@@ -154,13 +155,5 @@ def test_stop_ends_the_job(slurm_runtime: Runtime) -> None:
 
 
 def test_two_hundred_sequential_runs_never_hang(slurm_runtime: Runtime) -> None:
-    failures = []
-    for i in range(200):
-        try:
-            done = podman(slurm_runtime, "run", "--rm", IMAGE, "/bin/true", timeout=60)
-        except subprocess.TimeoutExpired:
-            failures.append(f"run {i}: hung")
-            continue
-        if done.returncode != 0:
-            failures.append(f"run {i}: rc={done.returncode} {done.stderr[-300:]!r}")
-    assert failures == []
+    assert hangs_and_failures(
+        200, lambda: podman(slurm_runtime, "run", "--rm", IMAGE, "/bin/true", timeout=60)) == []

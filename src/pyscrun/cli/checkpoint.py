@@ -8,7 +8,7 @@ import os
 from pyscrun import log
 from pyscrun.anchor import protocol
 from pyscrun.cli.main import Context
-from pyscrun.errors import BundleError, InvalidState, ScrunError
+from pyscrun.errors import BundleError, ScrunError
 from pyscrun.oci.state import RUNNING, STOPPED
 
 # Dumping a large container takes a while; podman itself waits without a limit.
@@ -37,11 +37,9 @@ def _criu_order(ctx: Context, default_image: str) -> dict[str, object]:
 
 
 def checkpoint(ctx: Context) -> int:
-    store = ctx.store
-    state = store.load(ctx.container_id)
-    status = state.effective_status()
-    if status != RUNNING:
-        raise InvalidState(f"cannot checkpoint a container that is {status}")
+    from pyscrun.cli.lifecycle import load_for
+
+    store, state = load_for(ctx, "checkpoint", RUNNING)
     order = _criu_order(ctx, "checkpoint")
     order.update(op="checkpoint", leave_running=ctx.flag("leave_running"))
     try:

@@ -69,12 +69,18 @@ def _ask(store: Store, state: ContainerState, message: dict[str, object]) -> Non
         raise InvalidState(str(reply.get("error", "the anchor refused")))
 
 
-def start(ctx: Context) -> int:
+def load_for(ctx: Context, action: str, *statuses: str) -> tuple[Store, ContainerState]:
+    """The container named on the command line, if it is in one of statuses."""
     store = ctx.store
     state = store.load(ctx.container_id)
     status = state.effective_status()
-    if status != CREATED:
-        raise InvalidState(f"cannot start a container that is {status}")
+    if status not in statuses:
+        raise InvalidState(f"cannot {action} a container that is {status}")
+    return store, state
+
+
+def start(ctx: Context) -> int:
+    store, state = load_for(ctx, "start", CREATED)
     _ask(store, state, {"op": "start"})
     return 0
 
@@ -92,12 +98,8 @@ def run(ctx: Context) -> int:
 def kill(ctx: Context) -> int:
     from pyscrun.cli.signals import parse_signal
 
-    store = ctx.store
-    state = store.load(ctx.container_id)
     signum = parse_signal(ctx.args.get("signal"))
-    status = state.effective_status()
-    if status not in (CREATED, RUNNING):
-        raise InvalidState(f"cannot kill a container that is {status}")
+    store, state = load_for(ctx, "kill", CREATED, RUNNING)
     _ask(store, state, {"op": "kill", "signal": signum, "all": ctx.flag("all")})
     return 0
 
