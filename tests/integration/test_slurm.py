@@ -40,7 +40,7 @@ def test_container_runs_as_a_job_and_sees_its_variables(slurm_runtime: Runtime) 
     assert job, out
     record = _job_record(slurm_runtime.slurm_conf.resolve(), job.group(1))
     assert record["JobName"] == "scrun"
-    assert record["JobState"] in ("COMPLETED", "CANCELLED", "COMPLETING")
+    assert record["JobState"] in ("COMPLETED", "COMPLETING")  # given back, not cancelled
 
 
 @pytest.mark.nodes(3)

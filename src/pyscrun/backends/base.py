@@ -8,11 +8,12 @@ from pyscrun.oci.state import ContainerState
 
 class Allocation:
     def __init__(self, job_id: str, nodes: list[str], owned: bool,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, handle: object = None) -> None:
         self.job_id = job_id
         self.nodes = nodes
         self.owned = owned  # False when the job was given (SLURM_JOB_ID): never end it
         self.env = env or {}  # the job's SLURM_* variables
+        self.handle = handle  # whatever the backend holds the job with
 
 
 class LaunchRequest:

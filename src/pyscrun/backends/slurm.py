@@ -7,7 +7,6 @@ output is parsed here alone.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -16,12 +15,12 @@ import time
 from pyscrun import log
 from pyscrun.anchor.console import make_controlling_terminal
 from pyscrun.backends.base import Allocation, Backend, LaunchRequest, Step
+from pyscrun.backends.salloc import HeldAllocation
 from pyscrun.conf import scrun_env
 from pyscrun.conf.site import Site
 from pyscrun.errors import BackendError
 from pyscrun.oci.state import ContainerState
 
-_GRANTED = re.compile(r"Granted job allocation (\d+)")
 # salloc waits in the queue for as long as the job waits; podman allows create ~240 s.
 SALLOC_TIMEOUT = 3600.0
 # How long srun --pty waits for its terminal to be given a size (docker sizes it just
@@ -82,19 +81,18 @@ class SlurmBackend(Backend):
             return Allocation(job_id=given, nodes=[], owned=False,
                               env={"SLURM_JOB_ID": given})
         job_name = options.get("SCRUN_JOB_NAME", "scrun")
-        argv = ["salloc", "--no-shell", f"--job-name={job_name}",
-                f"--comment=scrun container {state.id}"]
+        argv = ["salloc", f"--job-name={job_name}", f"--comment=scrun container {state.id}"]
         argv += [a for a in scrun_env.arguments(options, scrun_env.ALLOC)
                  if not a.startswith("--job-name=")]
-        done = run_command(site, argv, SALLOC_TIMEOUT)
-        granted = _GRANTED.search(done.stderr)
-        if done.returncode != 0 or not granted:
-            if granted:
-                self._cancel(site, granted.group(1))
-            raise BackendError(f"job allocation failed: {_slurm_error(done.stderr, 'salloc failed')}")
-        job_id = granted.group(1)
-        log.current.info(f"container {state.id}: job {job_id} allocated")
-        return Allocation(job_id=job_id, nodes=[], owned=True, env={"SLURM_JOB_ID": job_id})
+        log.current.debug(f"slurm: {' '.join(argv)}")
+        try:
+            held = HeldAllocation.request(argv, _env(site), SALLOC_TIMEOUT)
+        except BackendError as err:
+            raise BackendError(
+                f"job allocation failed: {_slurm_error(str(err), 'salloc failed')}") from None
+        log.current.info(f"container {state.id}: job {held.job_id} allocated")
+        return Allocation(job_id=held.job_id, nodes=[], owned=True,
+                          env={"SLURM_JOB_ID": held.job_id}, handle=held)
 
     def launch(self, site: Site, allocation: Allocation, request: LaunchRequest) -> Step:
         srun = site.oci.SrunPath or "srun"
@@ -132,6 +130,9 @@ class SlurmBackend(Backend):
             os._exit(127)
 
     def release(self, site: Site, allocation: Allocation) -> None:
+        held = allocation.handle
+        if isinstance(held, HeldAllocation) and held.release():
+            return
         if allocation.owned:
             self._cancel(site, allocation.job_id)
 

@@ -1,0 +1,66 @@
+"""A job allocation held open by a running salloc, as an interactive user holds one.
+
+salloc runs `cat` (on this host) with its stdin a pipe only the anchor holds. Closing
+the pipe ends `cat`, and salloc then completes the job (state COMPLETED, not CANCELLED).
+The anchor dying, even by SIGKILL, closes the pipe as well: the job ends with it in
+every state, created included.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import selectors
+import subprocess
+import time
+
+from pyscrun.errors import BackendError
+
+_GRANTED = re.compile(rb"Granted job allocation (\d+)")
+# How long release waits for salloc to give the job back before cancelling it.
+RELEASE_TIMEOUT = 30.0
+
+
+class HeldAllocation:
+    def __init__(self, process: subprocess.Popen[bytes], job_id: str) -> None:
+        self.process = process
+        self.job_id = job_id
+
+    @classmethod
+    def request(cls, argv: list[str], env: dict[str, str], timeout: float) -> HeldAllocation:
+        """Run salloc (argv, without a command) until the job is granted."""
+        try:
+            process = subprocess.Popen(
+                [*argv, "--", "cat"], env=env, stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        except FileNotFoundError:
+            raise BackendError(f"{argv[0]} not found: install slurm-client") from None
+        assert process.stderr is not None
+        said = b""
+        deadline = time.monotonic() + timeout
+        with selectors.DefaultSelector() as selector:
+            selector.register(process.stderr, selectors.EVENT_READ)
+            while not (granted := _GRANTED.search(said)):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not selector.select(remaining):
+                    process.kill()
+                    process.wait()
+                    raise BackendError(f"salloc was not granted a job within {timeout:.0f} s")
+                chunk = os.read(process.stderr.fileno(), 65536)
+                if not chunk:
+                    process.wait()
+                    raise BackendError(said.decode(errors="replace"))
+                said += chunk
+        return cls(process, granted.group(1).decode())
+
+    def release(self) -> bool:
+        """Give the job back; False if salloc did not end in time (then it is killed)."""
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        try:
+            self.process.wait(RELEASE_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            return False
+        return True
