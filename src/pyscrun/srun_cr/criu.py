@@ -8,12 +8,16 @@ path without the leading "/"), so output goes on where the new srun reads it.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import random
+import re
 import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from pyscrun.errors import CheckpointError
 
@@ -45,26 +49,85 @@ def resource_key(link: str) -> str | None:
     return None
 
 
-def log_tail(path: str, lines: int = 4) -> str:
-    """The last error lines of a CRIU log, for a one-line message."""
+_ERROR = re.compile(r"\bError \([^)]*\):\s*(.*)$")
+# Logged by every run without CAP_SYS_RESOURCE, and harmless.
+_NOISE = ("RLIMIT_NOFILE",)
+
+
+def log_reason(path: str, lines: int = 2) -> str:
+    """The first error lines of a CRIU log (the cause comes first), as one line."""
     try:
         with open(path, encoding="utf-8", errors="replace") as log:
             text = log.read().splitlines()
     except OSError:
         return ""
-    errors = [line.strip() for line in text if "Error" in line or "error" in line]
-    chosen = (errors or [line.strip() for line in text if line.strip()])[-lines:]
-    return " | ".join(chosen)
+    errors = [found.group(1).strip() for found in map(_ERROR.search, text)
+              if found is not None and not any(n in found.group(1) for n in _NOISE)]
+    return " | ".join(errors[:lines])
 
 
-def dump(criu: str, pid: int, image_dir: str, leave_stopped: bool,
+# CRIU's parasite, when the task's /proc is not its pid namespace's (ours never is: no
+# mount namespace), mounts a proc at the fixed path "proc.crtools" in the task's working
+# directory. Two dumps of tasks sharing one directory (tasks of one step on one node; or
+# on several nodes over a shared file system) can collide there. Dumps on one host take
+# turns; a collision across hosts is retried.
+_COLLISION = ("Can't create a directory (-17)", "Can't get /proc fd", "Can't retrieve FD from socket")
+DUMP_ATTEMPTS = 4
+LOCK_TIMEOUT = 600.0
+
+
+@contextlib.contextmanager
+def _host_turn() -> Iterator[None]:
+    path = os.path.join(tempfile.gettempdir(), f"pyscrun-srun-cr-{os.getuid()}.dump.lock")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError:
+        yield
+        return
+    try:
+        deadline = time.monotonic() + LOCK_TIMEOUT
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    break  # a hung dump elsewhere: go ahead, collisions are retried
+                time.sleep(0.02)
+        yield
+    finally:
+        os.close(fd)
+
+
+def dump(criu: str, pid: int, image_dir: str, leave_stopped: bool, keep: tuple[str, ...] = (),
          extra: list[str] | None = None) -> float:
-    """Dump the tree of `pid` into image_dir, leaving it running (or stopped).
-    Returns the seconds it took; CheckpointError with CRIU's reason on failure."""
+    """Dump the tree of `pid` into image_dir, leaving it running (or stopped). Files named
+    in `keep` are the caller's. Returns the seconds taken; CheckpointError on failure."""
     mode = "--leave-stopped" if leave_stopped else "--leave-running"
     argv = [criu, "dump", "-t", str(pid), "-D", image_dir, "-o", "dump.log", mode, *_COMMON,
             *(extra or [])]
-    return _run(argv, os.path.join(image_dir, "dump.log"), "dump", pass_fds=())
+    log_path = os.path.join(image_dir, "dump.log")
+    with _host_turn():
+        for attempt in range(1, DUMP_ATTEMPTS + 1):
+            try:
+                return _run(argv, log_path, "dump", pass_fds=())
+            except CheckpointError:
+                if attempt == DUMP_ATTEMPTS or not _collided(log_path):
+                    raise
+            for name in os.listdir(image_dir):
+                if name not in keep:
+                    os.unlink(os.path.join(image_dir, name))
+            time.sleep(random.uniform(0.05, 0.3))
+    raise AssertionError("unreachable")
+
+
+def _collided(log_path: str) -> bool:
+    try:
+        with open(log_path, encoding="utf-8", errors="replace") as log:
+            text = log.read()
+    except OSError:
+        return False
+    return any(sign in text for sign in _COLLISION)
 
 
 def restore(criu: str, image_dir: str, inherit: Mapping[str, int],
@@ -98,6 +161,6 @@ def _run(argv: list[str], log_path: str, what: str, pass_fds: tuple[int, ...]) -
     except OSError as err:
         raise CheckpointError(f"cannot run {argv[0]}: {err.strerror or err}") from None
     if done.returncode != 0:
-        reason = log_tail(log_path) or done.stderr.decode(errors="replace").strip()[-400:]
+        reason = log_reason(log_path) or done.stderr.decode(errors="replace").strip()[-400:]
         raise CheckpointError(f"criu {what} failed (exit {done.returncode}): {reason}")
     return time.monotonic() - started

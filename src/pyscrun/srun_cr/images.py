@@ -11,6 +11,7 @@ new one is complete) and a failed checkpoint leaves nothing behind.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -71,6 +72,8 @@ class Staging:
                                       f"srun_cr checkpoint; name a new or empty directory")
         parent, name = os.path.split(self.final)
         try:
+            if os.path.exists(parent) and not os.path.isdir(parent):
+                raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
             os.makedirs(parent, exist_ok=True)
             self.path = tempfile.mkdtemp(prefix=f".{name}.", suffix=".partial", dir=parent)
         except OSError as err:
@@ -79,9 +82,9 @@ class Staging:
 
     def commit(self, manifest: dict[str, Any]) -> None:
         """Write the manifest and put the checkpoint in place of any previous one."""
+        old = None
         try:
             write_json(os.path.join(self.path, MANIFEST), manifest)
-            old = None
             if os.path.isdir(self.final) and os.listdir(self.final):
                 old = tempfile.mkdtemp(prefix=f".{os.path.basename(self.final)}.", suffix=".old",
                                        dir=os.path.dirname(self.final))
@@ -89,7 +92,15 @@ class Staging:
             os.rename(self.path, self.final)
         except OSError as err:
             self.discard()
-            raise CheckpointError(f"cannot put the checkpoint in {self.final}: {err.strerror or err}") from None
+            if old is not None:  # put the previous checkpoint back
+                try:
+                    if os.path.isdir(os.path.join(old, "previous")):
+                        os.rename(os.path.join(old, "previous"), self.final)
+                    os.rmdir(old)
+                except OSError:
+                    pass
+            raise CheckpointError(
+                f"cannot put the checkpoint in {self.final}: {err.strerror or err}") from None
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
 

@@ -18,6 +18,8 @@ import sys
 import threading
 from typing import NoReturn
 
+from pyscrun.errors import UsageError
+
 SI_KERNEL = 0x80
 _RECORD = struct.Struct("iii")
 _JOB_CONTROL = {signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU}
@@ -48,7 +50,7 @@ def checkpoint_signal(environ: dict[str, str]) -> int | None:
         except KeyError:
             number = -1
     if number not in catchable():
-        raise ValueError(f"{SIGNAL_ENV}={text!r} is not a catchable signal (e.g. USR2, or none)")
+        raise UsageError(f"{SIGNAL_ENV}={text!r} is not a catchable signal (e.g. USR2, or none)")
     return number
 
 

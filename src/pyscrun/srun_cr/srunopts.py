@@ -15,6 +15,8 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from pyscrun.errors import UsageError
+
 NO, REQUIRED, OPTIONAL = 0, 1, 2
 
 _NO = """contiguous debugger-test disable-status exact help hold interactive label multi-prog
@@ -68,10 +70,14 @@ class SrunLine:
     command: list[str] = field(default_factory=list)
     restart: str | None = None
     ntasks: str | None = None
+    job_name: str | None = None
     multi_prog: bool = False
-    # Why the line must go to srun exactly as given (srun prints help or fails), if so.
+    # Why the line must go to srun as given (srun prints help or fails), if so; then
+    # `given` is that line (srun_cr's own options taken out).
     passthrough: str | None = None
     given: list[str] = field(default_factory=list)
+    index: int = 0
+    mark: int = 0
 
 
 class _Stop(Exception):
@@ -98,17 +104,19 @@ def resolve_long(name: str, lookup: Callable[[str], int | None] | None = None) -
 def parse(argv: list[str], lookup: Callable[[str], int | None] | None = None) -> SrunLine:
     """Split argv as srun would; `lookup` names options srun has beyond the table
     (e.g. SPANK plugins'), given a long option name, or None if srun does not know it."""
-    line = SrunLine(given=list(argv))
+    line = SrunLine()
     try:
         _parse(argv, line, lookup)
     except _Stop as stop:
         line.passthrough = str(stop)
+        line.given = line.options[:line.mark] + argv[line.index:]
     return line
 
 
 def _parse(argv: list[str], line: SrunLine, lookup: Callable[[str], int | None] | None) -> None:
     i = 0
     while i < len(argv):
+        line.index, line.mark = i, len(line.options)
         arg = argv[i]
         if arg == "--":
             line.command = argv[i + 1:]
@@ -121,6 +129,8 @@ def _parse(argv: list[str], line: SrunLine, lookup: Callable[[str], int | None] 
                 raise _Stop(f"option '--{name}' doesn't allow an argument")
             if kind == REQUIRED and not eq:
                 if i + 1 >= len(argv):
+                    if canonical == RESTART:  # ours: srun would only call it unknown
+                        raise UsageError("option '--restart' requires a checkpoint directory")
                     raise _Stop(f"option '--{name}' requires an argument")
                 i += 1
                 value = argv[i]
@@ -161,6 +171,8 @@ def _take(line: SrunLine, name: str, value: str | None, words: list[str]) -> Non
         raise _Stop(f"--{name}")
     if name == "ntasks":
         line.ntasks = value
+    elif name == "job-name":
+        line.job_name = value
     elif name == "multi-prog":
         line.multi_prog = True
     line.options.extend(words)

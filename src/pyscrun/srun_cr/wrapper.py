@@ -1,0 +1,248 @@
+"""The srun_cr process: srun with a launcher before each task, signals relayed, the
+launchers and checkpoint requests served on a Unix socket, srun's exit status mimicked.
+
+    srun_cr --(fork+exec, same process group)--> srun [options] -- python -m
+        pyscrun.srun_cr.launcher --socket S --criu C [--restart DIR] -- COMMAND...
+    each launcher --(connects to S: hello with job, step, rank, node, pid)--> srun_cr
+    `srun_cr checkpoint J.S` / the checkpoint signal --> srun_cr --> launchers dump
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import shutil
+import signal
+import socket
+import sys
+import time
+from typing import Any, NoReturn
+
+from pyscrun import log
+from pyscrun.anchor import protocol
+from pyscrun.errors import BackendError, CheckpointError, UsageError
+from pyscrun.srun_cr import criu, images, linux, registry, signals
+from pyscrun.srun_cr.coordinator import Coordinator, Request
+from pyscrun.srun_cr.srunopts import SrunLine
+
+LAUNCHER_MODULE = "pyscrun.srun_cr.launcher"
+RESTART_ENV = "SLURM_RESTART_DIR"
+
+
+def _srun(environ: dict[str, str]) -> str:
+    path = shutil.which("srun", path=environ.get("PATH") or os.defpath)
+    if path is None:
+        raise BackendError("srun not found: install slurm-client")
+    return path
+
+
+def exec_srun(argv: list[str], environ: dict[str, str]) -> NoReturn:
+    """Become srun with this line: it prints its help, or fails as srun fails."""
+    os.execve(_srun(environ), ["srun", *argv], environ)
+
+
+class Plan:
+    """What srun_cr runs: srun's options, the command, a restart directory."""
+
+    def __init__(self, line: SrunLine, environ: dict[str, str]) -> None:
+        self.options = list(line.options)
+        self.command = list(line.command)
+        restart = line.restart or environ.get(RESTART_ENV) or None
+        self.checkpoint: images.Checkpoint | None = None
+        if restart is not None:
+            self.checkpoint = images.Checkpoint.load(restart)
+            if line.ntasks is not None and line.ntasks.strip().isdigit():
+                self.checkpoint.check_tasks(int(line.ntasks))
+            if line.ntasks is None:
+                self.options.append(f"--ntasks={self.checkpoint.tasks}")
+            if not self.command:
+                self.command = list(self.checkpoint.command)
+            elif self.command != self.checkpoint.command:
+                log.current.info(f"restarting {' '.join(self.checkpoint.command)!r} from "
+                                 f"{self.checkpoint.path}; the command given is not run")
+                self.command = list(self.checkpoint.command)
+        if line.job_name is None and not environ.get("SLURM_JOB_NAME") and self.command:
+            # srun names a job after its command, which would be the launcher's python.
+            self.options.append(f"--job-name={os.path.basename(self.command[0])}")
+        if line.multi_prog:
+            raise UsageError("srun_cr does not support --multi-prog")
+        if ":" in self.command:
+            raise UsageError("srun_cr does not support heterogeneous steps (':' in the command line)")
+
+    def argv(self, socket_path: str, criu_path: str) -> list[str]:
+        launcher = [sys.executable, "-m", LAUNCHER_MODULE, "--socket", socket_path,
+                    "--criu", criu_path]
+        if self.checkpoint is not None:
+            launcher += ["--restart", self.checkpoint.path]
+        return ["srun", *self.options, "--", *launcher, "--", *self.command]
+
+    def env(self, environ: dict[str, str], socket_path: str) -> dict[str, str]:
+        env = dict(environ)
+        env[registry.SOCKET_ENV] = socket_path
+        env.pop(RESTART_ENV, None)
+        if self.checkpoint is not None:
+            env[RESTART_ENV] = self.checkpoint.path
+        return env
+
+
+class _Conn:
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.reader = protocol.LineReader()
+        self.rank: int | None = None
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.sock.sendall(protocol.encode(message))
+
+
+class Wrapper:
+    def __init__(self, plan: Plan, environ: dict[str, str]) -> None:
+        self.plan = plan
+        self.environ = environ
+        self.checkpoint_signal = signals.checkpoint_signal(environ)
+        self.run_dir = registry.run_dir(environ)
+        self.socket_path = ""
+        self.link: str | None = None
+        self.coordinator = Coordinator(plan.command, os.getcwd(), environ, self._registered)
+        self.selector = selectors.DefaultSelector()
+        self.srun_pid = 0
+        self.criu = ""
+
+    def run(self) -> NoReturn:
+        srun = _srun(self.environ)
+        self.criu = criu.find(self.environ)
+        registry.prepare(self.run_dir)
+        self.socket_path = registry.socket_path(self.run_dir)
+        server = protocol.listen(self.socket_path)
+        try:
+            relay = signals.Relay(signals.catchable())
+            relay.block()
+            self.srun_pid = self._spawn(srun)
+            relay.start()
+            status = self._serve(server, relay)
+        finally:
+            server.close()
+            try:
+                os.unlink(self.socket_path)
+            except OSError:
+                pass
+            if self.link is not None:
+                registry.unregister(self.link, self.socket_path)
+        signals.exit_like(status)
+
+    def _spawn(self, srun: str) -> int:
+        argv = self.plan.argv(self.socket_path, self.criu)
+        env = self.plan.env(self.environ, self.socket_path)
+        log.current.debug(f"running {' '.join(argv)}")
+        parent = os.getpid()
+        pid = os.fork()
+        if pid:
+            return pid
+        try:
+            for signum in (signal.SIGPIPE, signal.SIGXFSZ):  # set by Python, not by our caller
+                signal.signal(signum, signal.SIG_DFL)
+            signals.unblock_all()
+            linux.set_parent_death_signal(signal.SIGTERM)
+            if os.getppid() != parent:
+                os._exit(1)
+            os.execve(srun, argv, env)
+        except BaseException as err:
+            try:
+                os.write(2, f"srun_cr: error: cannot run {srun}: {err}\n".encode())
+            except OSError:
+                pass
+        finally:
+            os._exit(127)
+
+    def _registered(self, job: str, step: str) -> None:
+        try:
+            self.link = registry.register(self.run_dir, job, step, self.socket_path)
+        except CheckpointError as err:
+            log.current.error(str(err))
+
+    def _serve(self, server: socket.socket, relay: signals.Relay) -> int:
+        pidfd = os.pidfd_open(self.srun_pid)
+        self.selector.register(server, selectors.EVENT_READ, "server")
+        self.selector.register(relay.read_fd, selectors.EVENT_READ, "signals")
+        self.selector.register(pidfd, selectors.EVENT_READ, "srun")
+        try:
+            while True:
+                deadline = self.coordinator.next_deadline()
+                timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+                for key, _ in self.selector.select(timeout):
+                    if key.data == "server":
+                        self._accept(server)
+                    elif key.data == "signals":
+                        self._signals(relay)
+                    elif key.data == "srun":
+                        _, status = os.waitpid(self.srun_pid, 0)
+                        self.coordinator.step_ended()
+                        return status
+                    else:
+                        self._readable(key.data)
+                self.coordinator.tick(time.monotonic())
+        finally:
+            os.close(pidfd)
+
+    def _accept(self, server: socket.socket) -> None:
+        try:
+            sock, _ = server.accept()
+        except OSError:
+            return
+        if protocol.peer_uid(sock) not in (0, os.getuid()):
+            sock.close()
+            return
+        sock.settimeout(30.0)
+        self.selector.register(sock, selectors.EVENT_READ, _Conn(sock))
+
+    def _readable(self, conn: _Conn) -> None:
+        try:
+            data = conn.sock.recv(65536)
+            messages = conn.reader.feed(data) if data else None
+        except (OSError, ValueError):
+            messages = None
+        if messages is None:
+            self.selector.unregister(conn.sock)
+            conn.sock.close()
+            if conn.rank is not None:
+                self.coordinator.gone(conn.rank)
+            return
+        for message in messages:
+            self._dispatch(conn, message)
+
+    def _dispatch(self, conn: _Conn, message: dict[str, Any]) -> None:
+        op = message.get("op")
+        try:
+            if op == "hello":
+                conn.rank = self.coordinator.hello(message, conn.send)
+            elif op == "checkpoint":
+                directory = message.get("dir")
+                self.coordinator.request(Request(str(directory) if directory else None,
+                                                 bool(message.get("stop")), conn.send))
+            elif op == "status":
+                conn.send(self._status())
+            elif conn.rank is not None:
+                self.coordinator.message(conn.rank, message)
+        except (KeyError, TypeError, ValueError) as err:
+            log.current.error(f"bad message {message!r}: {err}")
+        except OSError:
+            pass
+
+    def _status(self) -> dict[str, Any]:
+        c = self.coordinator
+        return {"ok": True, "step": c.name, "tasks": c.ntasks, "srun": self.srun_pid,
+                "nodes": {str(r): t.node for r, t in sorted(c.launchers.items())}}
+
+    def _signals(self, relay: signals.Relay) -> None:
+        for signo, code, sender in relay.read():
+            action = signals.decide(signo, code, sender, self.checkpoint_signal)
+            log.current.debug(f"signal {signo} (code {code}, from {sender}): {action}")
+            if action == "forward":
+                try:
+                    os.kill(self.srun_pid, signo)
+                except OSError:
+                    pass
+            elif action == "checkpoint":
+                self.coordinator.request(Request(None, False, None))
+            elif action == "stop":
+                os.kill(os.getpid(), signal.SIGSTOP)
