@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 
 class ScrunError(Exception):
     """An error whose message is one line a user can act on."""
@@ -65,3 +69,17 @@ def exit_code_for(exc: BaseException) -> int:
         if cls in EXIT_CODES:
             return EXIT_CODES[cls]
     return 1
+
+
+def exit_status_of(action: Callable[[], int]) -> int:
+    """Run a command's action: an error a user can act on is logged, as one line, and
+    becomes the exit status the table above gives it."""
+    from pyscrun import log
+
+    try:
+        return action()
+    except ScrunError as err:
+        log.current.error(str(err))
+        return exit_code_for(err)
+    except KeyboardInterrupt as err:
+        return exit_code_for(err)

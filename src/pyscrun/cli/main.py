@@ -8,7 +8,7 @@ import sys
 
 from pyscrun import __version__, log
 from pyscrun.cli import flags
-from pyscrun.errors import NotSupported, ScrunError, UsageError, exit_code_for
+from pyscrun.errors import NotSupported, UsageError, exit_status_of
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -86,11 +86,4 @@ def run(argv: list[str]) -> int:
 
 
 def main() -> None:
-    try:
-        code = run(sys.argv[1:])
-    except ScrunError as err:
-        log.current.error(str(err))
-        code = exit_code_for(err)
-    except KeyboardInterrupt as err:
-        code = exit_code_for(err)
-    sys.exit(code)
+    sys.exit(exit_status_of(lambda: run(sys.argv[1:])))

@@ -16,7 +16,7 @@ import os
 import sys
 
 from pyscrun import log
-from pyscrun.errors import ScrunError, exit_code_for
+from pyscrun.errors import exit_status_of
 
 LOG_ENV = "SRUN_CR_DEBUG"
 HELP = """\
@@ -56,12 +56,9 @@ def run(argv: list[str], environ: dict[str, str]) -> int:
 
 def main() -> None:
     environ = dict(os.environ)
-    try:
+
+    def action() -> int:
         log.current = _logger(environ)
-        code = run(sys.argv[1:], environ)
-    except ScrunError as err:
-        log.current.error(str(err))
-        code = exit_code_for(err)
-    except KeyboardInterrupt as err:
-        code = exit_code_for(err)
-    sys.exit(code)
+        return run(sys.argv[1:], environ)
+
+    sys.exit(exit_status_of(action))
