@@ -255,7 +255,6 @@ class Anchor:
             "PYSCRUN_AGENT_SOCKET": self.store.socket_path(self.state.id),
             "PYSCRUN_AGENT_TOKEN": self.token,
             "PYSCRUN_AGENT_JOB_ID": self.allocation.job_id,
-            "PYSCRUN_AGENT_OWN_JOB": "1" if self.allocation.owned else "",
         }
         if self.request.restore is not None:
             agent_env["PYSCRUN_AGENT_RESTORE"] = json.dumps(self.request.restore)

@@ -199,7 +199,6 @@ class Agent:
             self.control.close()
             self.control = None
             self.deliver(signal.SIGKILL)
-            self._end_orphaned_job()
             return
         self._handle(self.reader.feed(data))
 
@@ -229,15 +228,6 @@ class Agent:
         except (ScrunError, OSError) as err:
             error = str(err)
         self._send({"event": "checkpointed", "error": error})
-
-    def _end_orphaned_job(self) -> None:
-        """A job the dead anchor allocated would outlive it: end it from here."""
-        job_id = self.env.get("SLURM_JOB_ID")
-        if not (job_id and self.env.get("PYSCRUN_AGENT_OWN_JOB")):
-            return
-        subprocess.Popen(["scancel", job_id], stdin=subprocess.DEVNULL,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         start_new_session=True)
 
     # -- signals -------------------------------------------------------------------
     def deliver(self, signum: int) -> None:
