@@ -255,6 +255,8 @@ class Anchor:
             "PYSCRUN_AGENT_SOCKET": self.store.socket_path(self.state.id),
             "PYSCRUN_AGENT_TOKEN": self.token,
             "PYSCRUN_AGENT_JOB_ID": self.allocation.job_id,
+            # The step's command, as srun gives it: what IgnoreFileConfigJson runs.
+            "PYSCRUN_AGENT_ARGS": json.dumps(self.request.bundle.config["process"]["args"]),
         }
         if self.request.restore is not None:
             agent_env["PYSCRUN_AGENT_RESTORE"] = json.dumps(self.request.restore)

@@ -1,0 +1,114 @@
+"""oci.conf directives beyond the RunTime* commands, seen where they take effect:
+in the container, in the files the node agent writes, in what the runtime is given."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.harness import (
+    RUN_OCI_CONF,
+    SCRUN,
+    TASKS_DIR,
+    LeakCheck,
+    Runtime,
+    make_bundle,
+    make_runtime,
+)
+
+
+@pytest.fixture
+def runtime(tmp_path: Path) -> Iterator[Runtime]:
+    made = make_runtime(tmp_path, RUN_OCI_CONF)
+    leaks = LeakCheck(made, str(tmp_path))
+    yield made
+    leaks.check()
+
+
+def _with(runtime: Runtime, extra: str, run: str | None = None) -> None:
+    conf = RUN_OCI_CONF + extra
+    if run is not None:
+        conf = conf.replace('RunTimeRun="runc run %n.%u.%j.%s.%t -b %b"', f'RunTimeRun="{run}"')
+    (runtime.conf_dir / "oci.conf").write_text(conf)
+
+
+def test_env_exclude_and_mount_spool_dir(runtime: Runtime, tmp_path: Path) -> None:
+    _with(runtime, 'EnvExclude="^SECRET="\nMountSpoolDir=/spool\n')
+    bundle = make_bundle(tmp_path, ["sh", "-c", "env; ls -d /spool && echo MOUNTED"])
+    config = json.loads((bundle / "config.json").read_text())
+    config["process"]["env"] += ["SECRET=hidden", "VISIBLE=yes"]
+    (bundle / "config.json").write_text(json.dumps(config))
+    done = runtime.scrun("run", "-b", str(bundle), "e1")
+    assert done.returncode == 0, done.stderr
+    assert "VISIBLE=yes" in done.stdout
+    assert "SECRET" not in done.stdout
+    assert "MOUNTED" in done.stdout
+
+
+@pytest.mark.parametrize(("mode", "separator"), [("newline", "\n"), ("null", "\0")])
+def test_create_env_file(runtime: Runtime, tmp_path: Path, mode: str, separator: str) -> None:
+    copy = tmp_path / "env-copy"
+    _with(runtime, f"CreateEnvFile={mode}\n",
+          run=f"cp %e {copy}; runc run %n.%u.%j.%s.%t -b %b")
+    bundle = make_bundle(tmp_path, ["true"])
+    assert runtime.scrun("run", "-b", str(bundle), "f1").returncode == 0
+    entries = copy.read_text().split(separator)
+    assert entries[-1] == ""  # every entry ends with the separator
+    assert "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" in entries
+
+
+def test_disable_hooks_removes_them_from_config(runtime: Runtime, tmp_path: Path) -> None:
+    marker = tmp_path / "hook-ran"
+    _with(runtime, "DisableHooks=prestart\n")
+    bundle = make_bundle(tmp_path, ["true"])
+    config = json.loads((bundle / "config.json").read_text())
+    hook = {"path": "/bin/sh", "args": ["sh", "-c", f"touch {marker}"]}
+    config["hooks"] = {"prestart": [hook], "poststop": [hook]}
+    (bundle / "config.json").write_text(json.dumps(config))
+    assert runtime.scrun("run", "-b", str(bundle), "h1").returncode == 0
+    # poststop stays and runs; prestart was removed and so never ran before it.
+    assert marker.exists()
+    marker.unlink()
+    _with(runtime, "DisableHooks=prestart,poststop\n")
+    assert runtime.scrun("run", "-b", str(bundle), "h2").returncode == 0
+    assert not marker.exists()
+
+
+def test_disable_cleanup_keeps_the_task_dir(runtime: Runtime, tmp_path: Path) -> None:
+    task_root = tmp_path / "tasks"
+    _with(runtime, f"DisableCleanup=true\nContainerPath={task_root}\n")
+    bundle = make_bundle(tmp_path, ["true"])
+    assert runtime.scrun("run", "-b", str(bundle), "k1").returncode == 0
+    kept = list(task_root.glob("oci-job*/task-0/config.json"))
+    assert len(kept) == 1
+    rewritten = json.loads(kept[0].read_text())
+    assert rewritten["root"]["path"] == str(bundle / "rootfs")
+    assert not list(TASKS_DIR.glob(f"oci-job*{kept[0].parent.parent.name}*"))
+
+
+def test_ignore_file_config_json_runs_from_the_bundle(runtime: Runtime, tmp_path: Path) -> None:
+    seen = tmp_path / "seen"
+    # Like Slurm's Singularity example: the runtime gets the rootfs and the arguments.
+    (runtime.conf_dir / "oci.conf").write_text(
+        "IgnoreFileConfigJson=true\n"
+        f'RunTimeRun="echo %r > {seen}; echo %@ >> {seen}"\n'
+        'RunTimeKill="kill -s KILL %p"\nRunTimeDelete="true"\n')
+    bundle = make_bundle(tmp_path, ["echo", "a b"])
+    assert runtime.scrun("run", "-b", str(bundle), "i1").returncode == 0
+    assert seen.read_text().splitlines() == [str(bundle), "echo a b"]
+
+
+def test_default_root_works_for_root_without_a_flag(tmp_path: Path) -> None:
+    assert os.getuid() == 0, "the integration tests run as root"
+    bundle = make_bundle(tmp_path, ["sh", "-c", "exit 2"])
+    env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
+    conf = ["-f", str(tmp_path / "etc" / "slurm.conf")]
+    done = subprocess.run([str(SCRUN), *conf, "run", "-b", str(bundle), "noroot"], env=env,
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 2, done.stderr
+    assert not Path("/run/pyscrun/noroot").exists()
