@@ -130,4 +130,5 @@ def machine() -> str:
     return (f"{platform.node()}: Debian {debian}, kernel {platform.release()}, "
             f"{os.cpu_count()} CPUs, Python {platform.python_version()}; "
             f"{version(['podman', '--version'])}; {version(['runc', '--version'])}; "
-            f"{version(['sinfo', '--version'])}; criu {version(['criu', '--version'])[-5:]}")
+            f"Slurm {version(['dpkg-query', '-W', '-f=${Version}', 'slurm-client'])}; "
+            f"criu {version(['criu', '--version'])[-5:]}")
