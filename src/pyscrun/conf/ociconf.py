@@ -33,7 +33,7 @@ def _boolean(value: str, where: str) -> bool:
 def _regex(value: str, where: str) -> re.Pattern[str]:
     try:
         return re.compile(value)
-    except re.error as err:
+    except (re.error, OverflowError, RecursionError) as err:
         raise ConfigError(f"{where}: invalid regular expression {value!r}: {err}") from None
 
 

@@ -7,7 +7,7 @@ backticks or quotes reaches the runtime as text and never runs.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Sequence
 
 from pyscrun.errors import ConfigError
 
@@ -50,36 +50,61 @@ class PatternValues:
         return PatternValues(**values)
 
 
+def _scan(pattern: str) -> Iterator[tuple[str, str | None, str]]:
+    """(text before, letter, quoting around it) for each %-pattern, then (rest, None, "").
+
+    The quoting is how `/bin/sh` will read the spot: "" plain, "'" or '"' inside such
+    quotes, "\\" right after a backslash. A value is quoted to suit it.
+    """
+    quote, escaped, start, pos = "", False, 0, 0
+    while pos < len(pattern):
+        char = pattern[pos]
+        if char == "%":
+            yield pattern[start:pos], pattern[pos + 1:pos + 2], "\\" if escaped else quote
+            escaped = False
+            pos = start = pos + 2
+            continue
+        if escaped:
+            escaped = False
+        elif char == "\\" and quote != "'":
+            escaped = True
+        elif char in "'\"" and quote in ("", char):
+            quote = "" if quote else char
+        pos += 1
+    yield pattern[start:], None, ""
+
+
 def check(pattern: str, where: str) -> None:
-    """Raise ConfigError for an unknown or truncated %-pattern."""
-    pos = pattern.find("%")
-    while pos != -1:
-        letter = pattern[pos + 1:pos + 2]
-        if letter not in PATTERNS and letter not in ("%", "@"):
+    """Raise ConfigError for an unknown or truncated %-pattern, or one whose value the
+    shell would take apart (right after a backslash)."""
+    for _, letter, quoting in _scan(pattern):
+        if letter is None or letter == "%":
+            continue
+        if letter not in PATTERNS and letter != "@":
             shown = f"%{letter}" if letter else "a trailing %"
             raise ConfigError(f"{where}: unknown pattern {shown}")
-        pos = pattern.find("%", pos + 2)
+        if quoting == "\\":
+            raise ConfigError(f"{where}: a backslash before %{letter} would leave its value "
+                              "unquoted")
 
 
 def expand(pattern: str, values: PatternValues) -> str:
-    fields: Mapping[str, str] = {
-        letter: getattr(values, name) for letter, name in PATTERNS.items()
-    }
     out = []
-    pos = 0
-    while True:
-        found = pattern.find("%", pos)
-        if found == -1:
-            out.append(pattern[pos:])
-            return "".join(out)
-        out.append(pattern[pos:found])
-        letter = pattern[found + 1:found + 2]
+    for text, letter, quoting in _scan(pattern):
+        out.append(text)
+        if letter is None:
+            break
         if letter == "%":
             out.append("%")
-        elif letter == "@":
-            out.append(" ".join(shlex.quote(arg) for arg in values.args))
-        elif letter in fields:
-            out.append(shlex.quote(str(fields[letter])))
+            continue
+        if letter == "@":
+            value = " ".join(shlex.quote(arg) for arg in values.args)
+        elif letter in PATTERNS:
+            value = shlex.quote(str(getattr(values, PATTERNS[letter])))
         else:
             raise ConfigError(f"unknown pattern %{letter} in {pattern!r}")
-        pos = found + 2
+        if quoting == "\\":
+            raise ConfigError(f"a backslash before %{letter} in {pattern!r}")
+        # Inside the administrator's own quotes: close them, add the quoted value, reopen.
+        out.append(f"{quoting}{value}{quoting}")
+    return "".join(out)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from pathlib import Path
 
 from pyscrun.errors import BundleError
@@ -91,12 +92,16 @@ def load(bundle_dir: str) -> Bundle:
         raise BundleError(f"bundle {path} is not a directory")
     config_path = path / "config.json"
     try:
-        with open(config_path, "rb") as config_file:
-            raw = config_file.read(MAX_CONFIG_BYTES + 1)
+        # Non-blocking: a FIFO planted as config.json must not hang create.
+        fd = os.open(config_path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         raise BundleError(f"bundle {path} has no config.json") from None
     except OSError as err:
         raise BundleError(f"cannot read {config_path}: {err.strerror}") from None
+    with open(fd, "rb") as config_file:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise BundleError(f"{config_path} is not a regular file")
+        raw = config_file.read(MAX_CONFIG_BYTES + 1)
     if len(raw) > MAX_CONFIG_BYTES:
         raise BundleError(f"{config_path} is larger than {MAX_CONFIG_BYTES // 2**20} MiB")
     try:
@@ -106,4 +111,22 @@ def load(bundle_dir: str) -> Bundle:
     except (RecursionError, UnicodeDecodeError):
         raise BundleError(f"{config_path} is not valid JSON: too deeply nested or not UTF-8") from None
     _check(config)
+    try:
+        _no_nul(config, "")
+    except RecursionError:
+        raise BundleError(f"{config_path} is too deeply nested") from None
     return Bundle(path, config)
+
+
+def _no_nul(value: Any, where: str) -> None:
+    """No string anywhere in the document may hold a NUL: none can reach a system call."""
+    if isinstance(value, str):
+        if "\0" in value:
+            raise BundleError(f"config.json: {where or 'a value'} contains a NUL character")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _no_nul(key, f"a key of {where or 'the document'}")
+            _no_nul(item, f"{where}.{key}" if where else key)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _no_nul(item, f"{where}[{index}]")

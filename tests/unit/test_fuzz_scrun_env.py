@@ -1,0 +1,68 @@
+"""The SCRUN_* mapping under fuzz: any environment and config.json env give options or a
+UsageError; each option becomes exactly one argv entry holding the value verbatim, so
+no value is ever split or read by a shell."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pyscrun.conf import scrun_env
+from pyscrun.errors import UsageError
+
+FUZZ = settings(max_examples=400, deadline=None, database=None)
+
+names = st.one_of(st.sampled_from(sorted(scrun_env.JOB_OPTIONS)),
+                  st.sampled_from(["PATH", "HOME", "SLURM_JOB_ID", "SCRUN_NOPE", "scrun_partition"]),
+                  st.text(max_size=10))
+hostile = st.one_of(st.text(max_size=30), st.sampled_from([
+    "", "yes", "no", "TRUE", "0", "$(touch /tmp/x)", "`id`", "a b", "--partition=x", "-x",
+    "x;y", "'", '"', "a\nb", "a\0b", "=", "debug,other",
+]))
+
+
+@FUZZ
+@given(st.dictionaries(names, hostile, max_size=8),
+       st.lists(st.one_of(st.tuples(names, hostile).map("=".join), hostile), max_size=8))
+def test_any_environment_gives_options_or_a_usage_error(environ: dict[str, str],
+                                                        config_env: list[str]) -> None:
+    try:
+        options = scrun_env.job_options(environ, config_env)
+    except UsageError as err:
+        assert "\n" not in str(err)
+        return
+    expected = {k: v for k, v in environ.items() if k in scrun_env.JOB_OPTIONS}
+    for entry in config_env:
+        key, _, value = entry.partition("=")
+        if key in scrun_env.JOB_OPTIONS:
+            expected[key] = value  # config.json wins, the last entry of a key wins
+    assert options == expected
+    for value in options.values():
+        assert "\n" not in value and "\0" not in value
+
+    alloc = scrun_env.arguments(options, scrun_env.ALLOC)
+    step = scrun_env.arguments(options, scrun_env.STEP)
+    wanted = []
+    for key, value in options.items():
+        option = scrun_env.JOB_OPTIONS[key]
+        if not option.is_flag:
+            wanted.append(f"{option.option}={value}")
+        elif value.lower() in ("", "1", "yes", "true", "y", "t"):
+            wanted.append(option.option)
+        else:
+            assert value.lower() in ("0", "no", "false", "n", "f")
+    assert sorted(alloc + step) == sorted(wanted)
+    for arg in alloc + step:
+        assert arg.startswith("--")
+
+
+@FUZZ
+@given(hostile)
+def test_a_value_is_one_argument_verbatim(value: str) -> None:
+    try:
+        options = scrun_env.job_options({"SCRUN_JOB_NAME": value, "SCRUN_CPU_BIND": value}, [])
+    except UsageError:
+        assert "\n" in value or "\0" in value
+        return
+    assert scrun_env.arguments(options, scrun_env.ALLOC) == [f"--job-name={value}"]
+    assert scrun_env.arguments(options, scrun_env.STEP) == [f"--cpu-bind={value}"]
