@@ -24,6 +24,7 @@ class Connection:
         self.reader = protocol.LineReader()
         self.task: str | None = None  # set once an agent said hello
         self.node = ""
+        self.reported_exit = False  # an agent that said how its container ended
 
     def send(self, message: dict[str, Any]) -> bool:
         try:
@@ -39,6 +40,7 @@ class Agents:
         self.pending_kills: list[int] = []
         self.exit_statuses: list[int] = []
         self.running = 0  # agents that reported their container running
+        self.lost = 0  # agents whose connection closed before they reported an exit
         self.last_error = ""
         self.round: CheckpointRound | None = None
         self.round_client: Connection | None = None
@@ -62,6 +64,10 @@ class Agents:
     def gone(self, agent: Connection) -> None:
         if agent in self.connected:
             self.connected.remove(agent)
+            if not agent.reported_exit:
+                self.lost += 1
+                log.current.error(f"the node agent of task {agent.task} on "
+                                  f"{agent.node or 'its node'} is gone")
             if self.round is not None:
                 self.round.lost(agent)
 

@@ -38,6 +38,9 @@ _HARMLESS_SIGNALS = frozenset((signal.SIGCHLD, signal.SIGCONT, signal.SIGURG, si
                                signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU))
 # After SIGKILL was ordered, how long the step may take before its launcher is killed.
 KILL_GRACE = 10.0
+# Once no node agent is left and one of them went without reporting its container's
+# end (killed, or its node died), how long the launcher may take to notice.
+AGENT_LOST_GRACE = 10.0
 
 
 class Anchor:
@@ -178,6 +181,12 @@ class Anchor:
         client.conn.close()
         self.agents.gone(client)
         self._answer_checkpoint()
+        if self.agents.lost and not self.agents.connected and self.step is not None:
+            # srun waits for the task of a dead node until slurmctld declares the
+            # node down (SlurmdTimeout, minutes): the anchor does not wait that long.
+            deadline = time.monotonic() + AGENT_LOST_GRACE
+            if self.kill_deadline is None or deadline < self.kill_deadline:
+                self.kill_deadline = deadline
 
     def _read(self, client: Connection) -> None:
         try:
@@ -230,6 +239,7 @@ class Anchor:
     def _agent_event(self, agent: Connection, message: dict[str, Any]) -> None:
         event = message.get("event")
         if event == "exit":
+            agent.reported_exit = True
             self.agents.exit_statuses.append(int(message.get("status", 255)))
         elif event == "running":
             self.agents.running += 1
@@ -316,10 +326,11 @@ class Anchor:
             client.send(reply)
 
     def _force_stop(self) -> None:
-        """The step ignored SIGKILL for KILL_GRACE seconds: kill its launcher."""
+        """The step ignored SIGKILL for KILL_GRACE seconds, or outlived its node agents
+        by AGENT_LOST_GRACE: kill its launcher."""
         self.kill_deadline = None
         if self.step is not None:
-            log.current.error("container did not stop after SIGKILL: killing its step")
+            log.current.error("the container's step did not end: killing its launcher")
             try:
                 os.kill(self.step.pid, signal.SIGKILL)
             except ProcessLookupError:

@@ -17,6 +17,8 @@ import time
 from pyscrun.errors import BackendError
 
 _GRANTED = re.compile(rb"Granted job allocation (\d+)")
+# salloc's words when slurmctld did not take the job back (it still exits 0).
+_UNRELEASED = b"Unable to clean up job allocation"
 # How long release waits for salloc to give the job back before cancelling it.
 RELEASE_TIMEOUT = 30.0
 
@@ -54,7 +56,8 @@ class HeldAllocation:
         return cls(process, granted.group(1).decode())
 
     def release(self) -> bool:
-        """Give the job back; False if salloc did not end in time (then it is killed)."""
+        """Give the job back; False if salloc did not end in time (then it is killed) or
+        could not give the job back (it exits 0 even when slurmctld was unreachable)."""
         assert self.process.stdin is not None
         self.process.stdin.close()
         try:
@@ -63,4 +66,18 @@ class HeldAllocation:
             self.process.kill()
             self.process.wait()
             return False
-        return True
+        return _UNRELEASED not in self._rest_of_stderr()
+
+    def _rest_of_stderr(self) -> bytes:
+        """What salloc said after the grant (it has exited: no waiting for more)."""
+        if self.process.stderr is None:
+            return b""
+        fd = self.process.stderr.fileno()
+        os.set_blocking(fd, False)
+        said = b""
+        try:
+            while chunk := os.read(fd, 65536):
+                said += chunk
+        except BlockingIOError:
+            pass
+        return said

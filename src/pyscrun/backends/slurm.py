@@ -23,6 +23,9 @@ from pyscrun.oci.state import ContainerState
 
 # salloc waits in the queue for as long as the job waits; podman allows create ~240 s.
 SALLOC_TIMEOUT = 3600.0
+# How long the release of a job keeps trying while slurmctld cannot be reached.
+CANCEL_RETRY_TIMEOUT = 120.0
+_CONTROLLER_AWAY = ("Unable to contact slurm controller", "Socket timed out")
 # How long srun --pty waits for its terminal to be given a size (docker sizes it just
 # after start; podman sets it before, in config.json's consoleSize).
 TERMINAL_SIZE_WAIT = 1.0
@@ -157,7 +160,16 @@ class SlurmBackend(Backend):
             self._cancel(site, state.job_id)
 
     def _cancel(self, site: Site, job_id: str) -> None:
-        done = run_command(site, ["scancel", job_id])
-        if done.returncode != 0 and "already completed" not in done.stderr:
-            raise BackendError(f"scancel {job_id}: {_slurm_error(done.stderr, 'failed')}")
+        # slurmctld may be away (restarting): a job left behind would run until its
+        # time limit, so keep asking for a while.
+        deadline = time.monotonic() + CANCEL_RETRY_TIMEOUT
+        while True:
+            done = run_command(site, ["scancel", job_id])
+            if done.returncode == 0 or "already completed" in done.stderr:
+                return
+            if (not any(m in done.stderr for m in _CONTROLLER_AWAY)
+                    or time.monotonic() >= deadline):
+                raise BackendError(f"scancel {job_id}: {_slurm_error(done.stderr, 'failed')}")
+            log.current.info(f"scancel {job_id}: slurmctld unreachable, trying again")
+            time.sleep(1.0)
 

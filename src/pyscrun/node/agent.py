@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from pyscrun.conf import patterns, site
 from pyscrun.conf.ociconf import OciConf
 from pyscrun.errors import RuntimeCommandError, ScrunError
 from pyscrun.node import criu, rewrite
+from pyscrun.node.guard import Guard
 from pyscrun.node.runtime import RuntimeCommands, stop_and_delete
 from pyscrun.oci import bundle as oci_bundle
 
@@ -93,9 +95,13 @@ class Task:
         self.env = env
         self.terminal = os.isatty(0)
 
-    def prepare(self, more_patterns: dict[str, str]) -> RuntimeCommands:
-        self.dir.mkdir(mode=0o700, parents=True, exist_ok=False)
+    def prepare(self, more_patterns: dict[str, str],
+                planned: Callable[[RuntimeCommands], None] | None = None) -> RuntimeCommands:
+        """The task dir with its files, and the runtime commands. Everything is worked
+        out before anything is written: `planned` (the guard's start) sees the commands
+        before the task dir exists, so that nothing is ever left without a guard."""
         conf, ident = self.conf, self.ident
+        files: dict[str, bytes] = {}
         if conf.IgnoreFileConfigJson:
             bundle_dir, rootfs = ident.bundle, ident.bundle
             args: list[str] = json.loads(self.env.get("PYSCRUN_AGENT_ARGS", "[]"))
@@ -109,15 +115,14 @@ class Task:
                 mount_spool_dir=conf.MountSpoolDir, step_dir=self.step_dir,
                 disable_hooks=conf.DisableHooks, task_id=ident.task_id,
             )
-            (self.dir / "config.json").write_text(json.dumps(config), encoding="utf-8")
+            files["config.json"] = json.dumps(config).encode()
             bundle_dir, rootfs = self.dir, Path(config["root"]["path"])
             args = config["process"]["args"]
             env_entries = config["process"]["env"]
         env_file = ""
         if conf.CreateEnvFile != "disabled":
-            env_path = self.dir / "environment"
-            env_path.write_bytes(rewrite.env_file_content(env_entries, conf.CreateEnvFile))
-            env_file = str(env_path)
+            files["environment"] = rewrite.env_file_content(env_entries, conf.CreateEnvFile)
+            env_file = str(self.dir / "environment")
         values = patterns.PatternValues(
             bundle=str(bundle_dir), env_file=env_file, job_id=ident.job_id,
             step_dir=str(self.step_dir), node_name=ident.node, rootfs=str(rootfs),
@@ -125,7 +130,13 @@ class Task:
             uid=str(ident.uid), args=args,
         )
         runtime_env = {k: v for k, v in self.env.items() if not k.startswith("PYSCRUN_AGENT_")}
-        return RuntimeCommands(conf, values, self.dir, runtime_env, more_patterns)
+        commands = RuntimeCommands(conf, values, self.dir, runtime_env, more_patterns)
+        if planned is not None:
+            planned(commands)
+        self.dir.mkdir(mode=0o700, parents=True, exist_ok=False)
+        for name, data in files.items():
+            (self.dir / name).write_bytes(data)
+        return commands
 
     def cleanup(self) -> None:
         if self.conf.DisableCleanup:
@@ -151,6 +162,7 @@ class Agent:
         self.container_pid = 0
         self.pending_signals: list[int] = []
         self.ended_by_itself = False
+        self.guard: Guard | None = None
         self.ident = TaskIdentity.from_env(env)
         self.more_patterns = more_patterns
 
@@ -287,15 +299,32 @@ class Agent:
             self.selector.unregister(pidfd)
             os.close(pidfd)
 
+    def _start_guard(self, task: Task) -> Callable[[RuntimeCommands], None]:
+        def start(commands: RuntimeCommands) -> None:
+            # Should this process be killed, the guard ends the container in its place.
+            self.guard = Guard.start(commands, task.cleanup)
+
+        return start
+
+    def _set_pid(self, pid: int, runtime: bool = False) -> None:
+        """The pid `%p` stands for, here and in the guard (which also learns whether
+        it is the runtime's own process)."""
+        assert self.commands is not None
+        self.commands.set_pid(pid)
+        if self.guard is not None:
+            self.guard.tell_pid(pid)
+            if runtime:
+                self.guard.tell_runtime(pid)
+
     def run_mode(self, commands: RuntimeCommands) -> int:
         self.process = commands.spawn("RunTimeRun")
-        commands.set_pid(self.process.pid)
+        self._set_pid(self.process.pid, runtime=True)
         return self.wait_for(self.process.pid)
 
     def restore_mode(self, commands: RuntimeCommands, order: dict[str, object]) -> int:
         """Restore the task's container from its images, in the foreground like run."""
         self.process = commands.spawn("RunTimeRestore", criu.restore_args(order, self.ident.task_id))
-        commands.set_pid(self.process.pid)
+        self._set_pid(self.process.pid, runtime=True)
         # create (and so podman) waits until every task runs again, or failed to.
         while self.process.poll() is None:
             if commands.running_pid():
@@ -309,6 +338,8 @@ class Agent:
         # inherits the container process and so learns its exit status.
         _set_child_subreaper()
         created = commands.spawn("RunTimeCreate")
+        if self.guard is not None:
+            self.guard.tell_runtime(created.pid)
         if created.wait() != 0:
             raise RuntimeCommandError(f"RunTimeCreate exited {created.returncode}")
         deadline = time.monotonic() + CREATE_TIMEOUT
@@ -321,7 +352,7 @@ class Agent:
             time.sleep(0.02)
         pid = int(document.get("pid", 0))
         self.container_pid = pid
-        commands.set_pid(pid)
+        self._set_pid(pid)
         code, _ = commands.run("RunTimeStart")
         if code != 0:
             raise RuntimeCommandError(f"RunTimeStart exited {code}")
@@ -332,7 +363,7 @@ class Agent:
         selfpipe.install(self.selector, _FORWARDED_SIGNALS, "signal")
         self.connect()
         try:
-            self.commands = commands = task.prepare(self.more_patterns)
+            self.commands = commands = task.prepare(self.more_patterns, self._start_guard(task))
             restore = self.env.get("PYSCRUN_AGENT_RESTORE")
             foreground = bool(restore) or self.conf.run_mode
             status: int | None = None
@@ -350,6 +381,8 @@ class Agent:
                     stop_and_delete(commands)
         finally:
             task.cleanup()
+            if self.guard is not None:
+                self.guard.stand_down()
         return self._report_exit(status)
 
     def _report_exit(self, status: int) -> int:

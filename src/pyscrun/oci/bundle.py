@@ -98,9 +98,10 @@ def load(bundle_dir: str) -> Bundle:
         raise BundleError(f"bundle {path} has no config.json") from None
     except OSError as err:
         raise BundleError(f"cannot read {config_path}: {err.strerror}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise BundleError(f"{config_path} is not a regular file")
     with open(fd, "rb") as config_file:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise BundleError(f"{config_path} is not a regular file")
         raw = config_file.read(MAX_CONFIG_BYTES + 1)
     if len(raw) > MAX_CONFIG_BYTES:
         raise BundleError(f"{config_path} is larger than {MAX_CONFIG_BYTES // 2**20} MiB")

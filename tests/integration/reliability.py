@@ -1,0 +1,361 @@
+"""Helpers of the reliability and security tests (faults, load, hostile input, access).
+
+A leak check scoped to what one test can have made, the test cluster's daemons (found
+through their pid files, never by name), and the processes of one container.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.harness import (
+    OCI_CONFS,
+    TASKS_DIR,
+    LeakCheck,
+    Runtime,
+    podman_env,
+    require,
+    runc_containers,
+    slurm,
+    wait_for,
+)
+
+# -- the leak check -------------------------------------------------------------------
+
+def first_job_id(slurm_conf: Path | None) -> int:
+    """The cluster's FirstJobId: runtimes name containers and task dirs after job ids."""
+    if slurm_conf is None:
+        return 0
+    found = re.search(r"^FirstJobId=(\d+)", slurm_conf.resolve().read_text(), re.MULTILINE)
+    return int(found.group(1)) if found else 1
+
+
+def _job_of_runc_name(name: str) -> str:
+    """%n.%u.%j.%s.%t: the job part."""
+    parts = name.rsplit(".", 3)
+    return parts[1] if len(parts) == 4 else ""
+
+
+def _job_of_task_dir(name: str) -> str:
+    found = re.fullmatch(r"oci-job(.+)-\d+", name)
+    return found.group(1) if found else ""
+
+
+def _runc_state_dirs() -> list[Path]:
+    root = Path("/run/runc")
+    return list(root.iterdir()) if root.is_dir() else []
+
+
+def _environ_mentions(pid: str, needles: tuple[bytes, ...]) -> bool:
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X") and any(e.startswith(n) for e in environ for n in needles)
+
+
+class ScopedLeakCheck(LeakCheck):
+    """The harness's leak check, limited to what this test can have made (other
+    checkouts may run their tests on the same machine at the same time), and extended:
+
+    - runc containers and task dirs of this cluster's jobs (ids from its FirstJobId on)
+      and everything in the test's private runc root or ContainerPath;
+    - processes that mention the test's paths, and node agents, guards and runtime
+      commands of the test's --root (found by their environment);
+    - mounts under the test's paths.
+    """
+
+    def __init__(self, runtime: Runtime, marker: str, slurm_conf: Path | None = None,
+                 private: tuple[Path, ...] = ()) -> None:
+        self.first_job = first_job_id(slurm_conf)
+        self.private = private
+        super().__init__(runtime, marker, slurm_conf)
+
+    def _mine(self, job: str) -> bool:
+        return bool(self.first_job) and job.isdigit() and int(job) >= self.first_job
+
+    def _snapshot(self) -> dict[str, set[str]]:
+        found = super()._snapshot()
+        found["runc containers"] = {n for n in found["runc containers"]
+                                    if self._mine(_job_of_runc_name(n))}
+        found["task dirs"] = {n for n in found["task dirs"] if self._mine(_job_of_task_dir(n))}
+        # runc list skips a state dir it cannot load (a runtime killed half way through
+        # create): such a dir still blocks the name.
+        found["runc state dirs"] = {p.name for p in _runc_state_dirs()
+                                    if self._mine(_job_of_runc_name(p.name))}
+        for where in self.private:
+            found[f"entries of {where}"] = (
+                {p.name for p in where.iterdir()} if where.is_dir() else set())
+        root = str(self.runtime.root).encode()
+        needles = (b"PYSCRUN_AGENT_SOCKET=" + root + b"/", b"SCRUN_ROOT=" + root)
+        found["processes"] |= {
+            f"{pid}: {_cmdline(pid)}" for pid in os.listdir("/proc")
+            if pid.isdigit() and int(pid) != os.getpid() and _environ_mentions(pid, needles)}
+        found["mounts"] = {line.split()[4] for line in
+                           Path("/proc/self/mountinfo").read_text().splitlines()
+                           if line.split()[4].startswith(self.marker)}
+        return found
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
+            errors="replace").strip()
+    except OSError:
+        return "?"
+
+
+def private_oci_conf(mode: str, base: Path) -> tuple[str, tuple[Path, Path]]:
+    """The harness's oci.conf for mode with runc's state and the task dirs under base
+    (checked by the leak check as the test's own); the paths, for ScopedLeakCheck."""
+    runc_root, tasks = base / "runc", base / "tasks"
+    text = OCI_CONFS[mode].replace("runc ", f"runc --root {runc_root} ")
+    return f"ContainerPath={tasks}\n{text}", (runc_root, tasks)
+
+
+def with_root(runtime: Runtime, root: Path) -> Runtime:
+    """runtime with its --root moved to root."""
+    text = runtime.wrapper.read_text()
+    runtime.wrapper.write_text(text.replace(f"--root {runtime.root} ", f"--root {root} "))
+    runtime.root = root
+    return runtime
+
+
+# -- containers -----------------------------------------------------------------------
+
+def podman_background(runtime: Runtime, *args: str) -> subprocess.Popen[bytes]:
+    require("podman", "podman")
+    return subprocess.Popen(["podman", "--runtime", str(runtime.wrapper), *args],
+                            env=podman_env(), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def states(runtime: Runtime) -> list[dict[str, object]]:
+    found = []
+    for path in runtime.root.glob("*/state.json"):
+        try:
+            found.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def wait_running(runtime: Runtime, count: int = 1, timeout: float = 60) -> list[dict[str, object]]:
+    """The states of count containers under runtime's root once all of them run."""
+    wait_for(lambda: sum(s.get("status") == "running" for s in states(runtime)) >= count,
+             timeout, f"{count} container(s) to run")
+    return [s for s in states(runtime) if s.get("status") == "running"]
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+def agent_pids(runtime: Runtime) -> list[int]:
+    """Node agents (srun tasks `python -m pyscrun.node`) of containers under runtime's
+    root; their guards, forks of the agents, are left out."""
+    needle = b"PYSCRUN_AGENT_SOCKET=" + str(runtime.root).encode() + b"/"
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv[1:3] == [b"-m", b"pyscrun.node"] and _environ_mentions(entry.name, (needle,)):
+            found.append(int(entry.name))
+    return [pid for pid in found if _parent(pid) not in found]
+
+
+def local_agent_pids(anchor: int) -> list[int]:
+    """On the local backend the agent is a fork of the anchor: its child."""
+    return [int(p.name) for p in Path("/proc").iterdir()
+            if p.name.isdigit() and _parent(int(p.name)) == anchor]
+
+
+def wait_container_up(job_id: str, timeout: float = 60) -> None:
+    """Wait until runc runs the container of the job (named %n.%u.%j.%s.%t)."""
+    def up() -> bool:
+        for name in runc_containers():
+            if _job_of_runc_name(name) == job_id:
+                done = subprocess.run(["runc", "state", name], capture_output=True, text=True,
+                                      check=False)
+                if done.returncode == 0 and json.loads(done.stdout).get("status") == "running":
+                    return True
+        return False
+
+    wait_for(up, timeout, f"the container of job {job_id} to run")
+
+
+def job_state(slurm_conf: Path, job_id: str) -> str:
+    """JobState of a job as slurmctld knows it ('' once it has forgotten the job)."""
+    done = slurm(slurm_conf, "scontrol", "-o", "show", "job", job_id)
+    found = re.search(r"JobState=(\S+)", done.stdout)
+    return found.group(1) if found else ""
+
+
+# -- the test cluster's daemons -------------------------------------------------------
+
+def cluster_dir(slurm_conf: Path) -> Path:
+    return slurm_conf.resolve().parent
+
+
+def live_daemon(slurm_conf: Path, pid_file: str, comm: str) -> int | None:
+    """The pid of a daemon of this cluster, from its pid file, if it lives and is that
+    daemon of this cluster (not a reused pid, not another cluster's daemon)."""
+    path = cluster_dir(slurm_conf) / "run" / pid_file
+    try:
+        pid = int(path.read_text().strip())
+        alive_comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except (OSError, ValueError):
+        return None
+    if alive_comm != comm or str(slurm_conf.resolve()) not in cmdline or _gone(pid):
+        return None
+    return pid
+
+
+def daemon_pid(slurm_conf: Path, pid_file: str, comm: str) -> int:
+    pid = live_daemon(slurm_conf, pid_file, comm)
+    if pid is None:
+        pytest.fail(f"no live {comm} of this cluster in {cluster_dir(slurm_conf) / 'run' / pid_file}")
+    return pid
+
+
+def _gone(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return True
+    return state in ("Z", "X")
+
+
+def stop_slurmctld(slurm_conf: Path) -> None:
+    pid = daemon_pid(slurm_conf, "slurmctld.pid", "slurmctld")
+    os.kill(pid, signal.SIGTERM)
+    wait_for(lambda: _gone(pid), 30, "slurmctld to stop")
+
+
+def start_slurmctld(slurm_conf: Path) -> None:
+    """As scripts/cluster.sh starts it: `slurmctld -f CONF` from /, output to start.log."""
+    conf = slurm_conf.resolve()
+    with open(cluster_dir(conf) / "log" / "start.log", "ab") as log:
+        subprocess.run([require("slurmctld", "slurmctld"), "-f", str(conf)], cwd="/",
+                       stdin=subprocess.DEVNULL, stdout=log, stderr=log, check=True,
+                       timeout=60)
+    wait_for(lambda: slurm(conf, "squeue", "-h").returncode == 0, 30, "slurmctld to answer")
+
+
+def kill_node(slurm_conf: Path, node: str) -> None:
+    """The node dies: SIGKILL to its slurmd and to every process in its UTS namespace
+    (slurmstepd, node agents, runtimes, containers sharing the node's namespace)."""
+    slurmd = daemon_pid(slurm_conf, f"slurmd.{node}.pid", "slurmd")
+    try:
+        namespace = os.readlink(f"/proc/{slurmd}/ns/uts")
+    except OSError:
+        pytest.fail(f"slurmd of {node} ended before it could be killed")
+    if namespace == os.readlink("/proc/self/ns/uts"):
+        pytest.fail(f"slurmd of {node} shares this host's UTS namespace: cannot single it out")
+
+    def members() -> list[int]:
+        found = []
+        for entry in Path("/proc").iterdir():
+            try:
+                if entry.name.isdigit() and os.readlink(entry / "ns" / "uts") == namespace:
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+        return found
+
+    deadline = time.monotonic() + 10
+    while left := [pid for pid in members() if not _gone(pid)]:
+        if time.monotonic() > deadline:
+            pytest.fail(f"processes of {node} survive SIGKILL: {left}")
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.1)
+
+
+def start_slurmd(slurm_conf: Path, node: str) -> None:
+    """The node back: its slurmd started as scripts/cluster.sh starts it (in a UTS
+    namespace of its own with the node's hostname), then answering slurmctld."""
+    conf = slurm_conf.resolve()
+    with open(cluster_dir(conf) / "log" / "start.log", "ab") as log:
+        subprocess.run([require("unshare", "util-linux"), "--uts", "sh", "-c",
+                        'hostname "$1" && exec slurmd -f "$2" -N "$1"', "sh", node, str(conf)],
+                       cwd="/", stdin=subprocess.DEVNULL, stdout=log, stderr=log, check=True,
+                       timeout=60)
+
+    def responding() -> bool:
+        done = slurm(conf, "sinfo", "-h", "-N", "-n", node, "-o", "%T")
+        states = done.stdout.split()
+        return done.returncode == 0 and bool(states) and not any(s.endswith("*") for s in states)
+
+    wait_for(responding, 60, f"{node} to answer slurmctld")
+
+
+def reboot_node(slurm_conf: Path, node: str) -> None:
+    """The node restarted as an administrator would after a failure: whatever still runs
+    there killed, the node marked down (slurmctld then ends the jobs it still counts
+    there, as it does once SlurmdTimeout declares a node dead), slurmd started again and
+    the node resumed."""
+    conf = slurm_conf.resolve()
+    if live_daemon(conf, f"slurmd.{node}.pid", "slurmd") is not None:
+        kill_node(conf, node)
+    _update_node(conf, node, "state=down", "reason=pyscrun test: node restarted")
+    start_slurmd(conf, node)
+    # ReturnToService=2 may bring the node back as soon as its slurmd registers.
+    if "down" in slurm(conf, "sinfo", "-h", "-N", "-n", node, "-o", "%T").stdout:
+        _update_node(conf, node, "state=resume")
+
+    def idle() -> bool:
+        # One line per partition the node is in.
+        done = slurm(conf, "sinfo", "-h", "-N", "-n", node, "-o", "%T")
+        states = set(done.stdout.split())
+        return bool(states) and states <= {"idle", "mixed", "allocated"}
+
+    wait_for(idle, 30, f"{node} to be back")
+
+
+def _update_node(slurm_conf: Path, node: str, *settings: str) -> None:
+    done = slurm(slurm_conf, "scontrol", "update", f"nodename={node}", *settings)
+    if done.returncode != 0:
+        pytest.fail(f"scontrol update nodename={node} {' '.join(settings)}: {done.stderr.strip()}")
+
+
+def clear_node_state(job_id: str) -> None:
+    """What a dead node's reboot would clear (its /run): the runtime's state and the
+    task dirs of the job's containers there, which nobody on that node lived to remove."""
+    for name in runc_containers():
+        if _job_of_runc_name(name) == job_id:
+            subprocess.run(["runc", "delete", "--force", name], capture_output=True, check=False)
+    for state_dir in _runc_state_dirs():
+        if _job_of_runc_name(state_dir.name) == job_id:
+            shutil.rmtree(state_dir, ignore_errors=True)
+    for task_dir in TASKS_DIR.glob(f"oci-job{job_id}-*"):
+        shutil.rmtree(task_dir, ignore_errors=True)
+
+
+def markers_absent(*paths: Path) -> list[str]:
+    """Marker files that a shell injection would have created (removed if found)."""
+    found = [str(p) for p in paths if p.exists()]
+    for path in paths:
+        path.unlink(missing_ok=True)
+    return found

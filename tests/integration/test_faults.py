@@ -1,0 +1,385 @@
+"""Faults: a killed node agent, slurmctld restarted or away, a node that dies, a job
+cancelled from outside, signals to the anchor, a full disk. No hang, the right exit
+code where there is one, and nothing left behind (the kill -9 of the anchor is in
+test_slurm.py)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.harness import (
+    IMAGE,
+    OCI_CONFS,
+    Cluster,
+    make_bundle,
+    make_runtime,
+    make_slurm_runtime,
+    podman,
+    require,
+    slurm,
+    wait_for,
+)
+from tests.integration.reliability import (
+    ScopedLeakCheck,
+    agent_pids,
+    clear_node_state,
+    daemon_pid,
+    job_state,
+    kill_node,
+    local_agent_pids,
+    podman_background,
+    private_oci_conf,
+    reboot_node,
+    start_slurmctld,
+    stop_slurmctld,
+    wait_container_up,
+    wait_running,
+    with_root,
+)
+
+GATED = "echo started; while [ ! -e /gate/open ]; do sleep 0.1; done; echo done; exit 7"
+
+
+def _finish(run: subprocess.Popen[bytes], timeout: float) -> tuple[int, bytes, bytes]:
+    """podman's exit code and output; the test fails if it does not return in time."""
+    try:
+        out, err = run.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        run.kill()
+        run.communicate()
+        pytest.fail(f"podman did not return within {timeout} s")
+    return run.returncode, out, err
+
+
+def _stop(run: subprocess.Popen[bytes]) -> None:
+    if run.poll() is None:
+        run.kill()
+        run.communicate()
+
+
+@pytest.fixture
+def gate(tmp_path: Path) -> Path:
+    """A directory the container sees as /gate: it ends once /gate/open exists."""
+    path = tmp_path / "gate"
+    path.mkdir()
+    return path
+
+
+# -- the node agent -------------------------------------------------------------------
+
+@pytest.mark.parametrize("mode", sorted(OCI_CONFS))
+def test_kill_9_of_the_node_agent(cluster: Cluster, tmp_path: Path, mode: str) -> None:
+    """The container is ended (its guard deletes it), podman gets a non-zero status at
+    once, and no job, runc container or task dir is left."""
+    conf = cluster.up(1)
+    runtime = make_slurm_runtime(tmp_path, conf, OCI_CONFS[mode])
+    leaks = ScopedLeakCheck(runtime, str(tmp_path), conf)
+    run = podman_background(runtime, "run", "--rm", IMAGE, "sleep", "1000")
+    try:
+        wait_container_up(str(wait_running(runtime)[0]["job_id"]))
+        killed = time.monotonic()
+        os.kill(agent_pids(runtime)[0], signal.SIGKILL)
+        code, _, err = _finish(run, 30)
+        assert code != 0, err
+        assert time.monotonic() - killed < 15
+    finally:
+        _stop(run)
+    leaks.check()
+
+
+@pytest.mark.parametrize("when", ["at once", "while it starts", "once the container runs"])
+def test_kill_9_of_the_local_node_agent_reports_stopped(tmp_path: Path, when: str) -> None:
+    """Through scrun itself, the agent killed at any moment: `state` says stopped with a
+    non-zero exit status, and nothing is left (its guard deletes a container that
+    was still being created, too)."""
+    oci_conf, private = private_oci_conf("run", tmp_path)
+    runtime = make_runtime(tmp_path, oci_conf)
+    leaks = ScopedLeakCheck(runtime, str(tmp_path), private=private)
+    bundle = make_bundle(tmp_path, ["sleep", "1000"])
+    assert runtime.scrun("create", "-b", str(bundle), "victim").returncode == 0
+    anchor = int(json.loads(runtime.scrun("state", "victim").stdout)["pid"])
+    assert runtime.scrun("start", "victim").returncode == 0
+    wait_for(lambda: len(local_agent_pids(anchor)) == 1, 10, "the node agent")
+    if when == "while it starts":
+        time.sleep(0.05)
+    elif when == "once the container runs":
+        runc = ["runc", "--root", str(private[0])]
+
+        def running() -> bool:
+            names = subprocess.run([*runc, "list", "-q"], capture_output=True, text=True,
+                                   check=False).stdout.split()
+            return bool(names) and json.loads(subprocess.run(
+                [*runc, "state", names[0]], capture_output=True, text=True, check=False,
+            ).stdout or "{}").get("status") == "running"
+
+        wait_for(running, 30, "the container to run")
+    os.kill(local_agent_pids(anchor)[0], signal.SIGKILL)
+
+    def stopped() -> bool:
+        return bool(json.loads(runtime.scrun("state", "victim").stdout)["status"] == "stopped")
+
+    wait_for(stopped, 15, "the container to be reported stopped")
+    assert json.loads(runtime.scrun("state", "victim").stdout)["exitStatus"] != 0
+    assert runtime.scrun("delete", "victim").returncode == 0
+    leaks.check()
+
+
+# -- slurmctld ------------------------------------------------------------------------
+
+def test_slurmctld_restarted_while_a_container_runs(cluster: Cluster, tmp_path: Path,
+                                                    gate: Path) -> None:
+    conf = cluster.up(1)
+    runtime = make_slurm_runtime(tmp_path, conf)
+    leaks = ScopedLeakCheck(runtime, str(tmp_path), conf)
+    run = podman_background(runtime, "run", "--rm", "-v", f"{gate}:/gate", IMAGE, "sh", "-c", GATED)
+    try:
+        job = str(wait_running(runtime)[0]["job_id"])
+        wait_container_up(job)
+        stop_slurmctld(conf)
+        start_slurmctld(conf)
+        assert job_state(conf, job) == "RUNNING"
+        (gate / "open").touch()
+        code, out, err = _finish(run, 60)
+        assert code == 7, err
+        assert out == b"started\ndone\n"
+    finally:
+        (gate / "open").touch()
+        _stop(run)
+    leaks.check(timeout=30)
+
+
+def test_slurmctld_away_when_the_container_ends(cluster: Cluster, tmp_path: Path,
+                                                gate: Path) -> None:
+    """The exit code arrives, and the job is given back once slurmctld is there again
+    (salloc cannot give it back and says so; the anchor then cancels it, retrying).
+    Slurm's own slurmstepd keeps the job completing for a minute more (it retries the
+    step's completion): the node is restarted at the end rather than waited for."""
+    conf = cluster.up(1)
+    runtime = make_slurm_runtime(tmp_path, conf)
+    leaks = ScopedLeakCheck(runtime, str(tmp_path), conf)
+    run = podman_background(runtime, "run", "--rm", "-v", f"{gate}:/gate", IMAGE, "sh", "-c", GATED)
+    try:
+        job = str(wait_running(runtime)[0]["job_id"])
+        wait_container_up(job)
+        stop_slurmctld(conf)
+        try:
+            (gate / "open").touch()
+            time.sleep(6)  # the container ends and its job cannot be given back
+        finally:
+            start_slurmctld(conf)
+        code, out, err = _finish(run, 150)
+        assert code == 7, err
+        assert out == b"started\ndone\n"
+        assert job_state(conf, job) != "RUNNING"
+    finally:
+        (gate / "open").touch()
+        _stop(run)
+        # slurmstepd retries the step's completion for a minute before the job can
+        # complete: the node is restarted instead of waiting for that.
+        # slurmstepd retries the step's completion for a minute, holding the job in
+        # COMPLETING: the node is rebooted instead of waiting for that.
+        reboot_node(conf, "n1")
+    leaks.check(timeout=30)
+
+
+# -- a node dies ----------------------------------------------------------------------
+
+def test_the_node_of_the_container_dies(cluster: Cluster, tmp_path: Path) -> None:
+    """slurmd and everything on its node killed: podman returns with an error within
+    60 s (srun alone would wait for slurmctld to declare the node down, minutes), and
+    the job is ended. The node then "reboots": its volatile state is cleared (its /run
+    would not survive) and its slurmd started again, after which the job is gone."""
+    conf = cluster.up(1)
+    runtime = make_slurm_runtime(tmp_path, conf)
+    leaks = ScopedLeakCheck(runtime, str(tmp_path), conf)
+    # --uts=host: the container lives in its node's namespace and dies with it.
+    run = podman_background(runtime, "run", "--rm", "--uts=host", IMAGE, "sleep", "1000")
+    job = ""
+    try:
+        job = str(wait_running(runtime)[0]["job_id"])
+        wait_container_up(job)
+        killed = time.monotonic()
+        kill_node(conf, "n1")
+        code, _, err = _finish(run, 60)
+        assert code != 0, err
+        assert time.monotonic() - killed < 60
+        wait_for(lambda: job_state(conf, job) != "RUNNING", 30, "the job to end")
+    finally:
+        _stop(run)
+        if job:
+            clear_node_state(job)
+        reboot_node(conf, "n1")
+    leaks.check(timeout=60)
+
+
+def test_slurmd_killed_while_the_container_runs(cluster: Cluster, tmp_path: Path,
+                                                gate: Path) -> None:
+    """slurmd alone is not the step: the container runs on under slurmstepd and its exit
+    code still reaches podman; the job is given back (slurmctld completes it once the
+    node's slurmd is back)."""
+    conf = cluster.up(1)
+    runtime = make_slurm_runtime(tmp_path, conf)
+    leaks = ScopedLeakCheck(runtime, str(tmp_path), conf)
+    run = podman_background(runtime, "run", "--rm", "-v", f"{gate}:/gate", IMAGE, "sh", "-c", GATED)
+    try:
+        job = str(wait_running(runtime)[0]["job_id"])
+        wait_container_up(job)
+        os.kill(daemon_pid(conf, "slurmd.n1.pid", "slurmd"), signal.SIGKILL)
+        (gate / "open").touch()
+        code, out, err = _finish(run, 60)
+        assert code == 7, err
+        assert out == b"started\ndone\n"
+        assert job_state(conf, job) != "RUNNING"
+    finally:
+        (gate / "open").touch()
+        _stop(run)
+        reboot_node(conf, "n1")
+    leaks.check(timeout=60)
+
+
+# -- the job and the anchor -----------------------------------------------------------
+
+def test_scancel_from_outside_stops_the_container(cluster: Cluster, tmp_path: Path) -> None:
+    conf = cluster.up(1)
+    runtime = make_slurm_runtime(tmp_path, conf)
+    leaks = ScopedLeakCheck(runtime, str(tmp_path), conf)
+    run = podman_background(runtime, "run", "--rm", IMAGE, "sleep", "1000")
+    try:
+        job = str(wait_running(runtime)[0]["job_id"])
+        wait_container_up(job)
+        assert slurm(conf, "scancel", job).returncode == 0
+        code, _, err = _finish(run, 30)
+        assert code != 0, err
+    finally:
+        _stop(run)
+    leaks.check()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP],
+                         ids=["SIGINT", "SIGTERM", "SIGHUP"])
+def test_signal_to_the_anchor_ends_the_container_and_its_job(
+        cluster: Cluster, tmp_path: Path, signum: int) -> None:
+    """As the man page promises for SIGINT (Slurm's own scrun leaves the job)."""
+    conf = cluster.up(1)
+    runtime = make_slurm_runtime(tmp_path, conf)
+    leaks = ScopedLeakCheck(runtime, str(tmp_path), conf)
+    run = podman_background(runtime, "run", "--rm", IMAGE, "sleep", "1000")
+    try:
+        state = wait_running(runtime)[0]
+        wait_container_up(str(state["job_id"]))
+        os.kill(int(state["pid"]), signum)  # type: ignore[call-overload]
+        code, _, err = _finish(run, 30)
+        assert code == 128 + signal.SIGKILL, err
+        wait_for(lambda: job_state(conf, str(state["job_id"])) in ("", "COMPLETED", "CANCELLED"),
+                 10, "the job to end")
+    finally:
+        _stop(run)
+    leaks.check()
+
+
+# -- a full disk ----------------------------------------------------------------------
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs, unmounted afterwards."""
+    require("mount", "mount")
+    mountpoint = tmp_path / "disk"
+    mountpoint.mkdir()
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "pyscrun-test",
+                           str(mountpoint)], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        pytest.fail(f"cannot mount a tmpfs (the test runs as root): {done.stderr.strip()}")
+    try:
+        yield mountpoint
+    finally:
+        subprocess.run(["umount", "-l", str(mountpoint)], check=False)
+
+
+def _fill(disk: Path, leave: int = 0) -> Path:
+    """Fill the file system up, leaving about `leave` bytes free."""
+    filler = disk / "filler"
+    with open(filler, "wb", buffering=0) as out:
+        try:
+            while True:
+                out.write(b"\0" * 4096)
+        except OSError as err:
+            assert err.errno == errno.ENOSPC
+    if leave:
+        with open(filler, "r+b") as out:
+            out.truncate(max(0, filler.stat().st_size - leave))
+    return filler
+
+
+def test_disk_full_fails_create_cleanly(cluster: Cluster, tmp_path: Path,
+                                        small_disk: Path) -> None:
+    """podman run with --root on a full file system: a clear error, no job, no spool."""
+    conf = cluster.up(1)
+    runtime = with_root(make_slurm_runtime(tmp_path, conf), small_disk / "root")
+    runtime.root.mkdir()
+    leaks = ScopedLeakCheck(runtime, str(tmp_path), conf)
+    _fill(small_disk)
+    done = podman(runtime, "run", "--rm", IMAGE, "true")
+    assert done.returncode != 0
+    assert b"No space left on device" in done.stderr, done.stderr
+    assert list(runtime.root.iterdir()) == []
+    leaks.check()
+
+
+def test_disk_full_while_running_keeps_the_last_good_state(cluster: Cluster, tmp_path: Path,
+                                                           small_disk: Path) -> None:
+    """The final state cannot be saved: the one before it stays whole (never a half
+    written file, no temporary file left), `state` says stopped (its anchor is gone),
+    the job is given back anyway, and delete cleans up once there is room."""
+    conf = cluster.up(1)
+    runtime = with_root(make_slurm_runtime(tmp_path, conf), small_disk / "root")
+    leaks = ScopedLeakCheck(runtime, str(tmp_path), conf)
+    bundle = make_bundle(tmp_path, ["sh", "-c", "while [ ! -e /gate/open ]; do sleep 0.1; done"])
+    config = json.loads((bundle / "config.json").read_text())
+    # A state of several pages, so that a save can be cut off half way.
+    config["annotations"] = {"big": "x" * 20000}
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    config["mounts"].append({"destination": "/gate", "type": "bind", "source": str(gate),
+                             "options": ["rbind", "rw"]})
+    (bundle / "config.json").write_text(json.dumps(config))
+    assert runtime.scrun("create", "-b", str(bundle), "full").returncode == 0
+    assert runtime.scrun("start", "full").returncode == 0
+    before = json.loads(runtime.scrun("state", "full").stdout)
+    assert before["status"] == "running"
+    saved = (runtime.root / "full" / "state.json").read_bytes()
+    filler = _fill(small_disk, leave=8192)
+    (gate / "open").touch()
+    wait_for(lambda: json.loads(runtime.scrun("state", "full").stdout)["status"] == "stopped",
+             30, "stopped")
+    assert (runtime.root / "full" / "state.json").read_bytes() == saved
+    assert sorted(p.name for p in (runtime.root / "full").iterdir()) == ["state.json"]
+    wait_for(lambda: job_state(conf, str(before["jobId"])) != "RUNNING", 15, "the job to end")
+    filler.unlink()
+    assert runtime.scrun("delete", "full").returncode == 0
+    leaks.check()
+
+
+def test_half_written_state_is_not_trusted(tmp_path: Path) -> None:
+    """A state file cut short (as a crash in the middle of a non-atomic write would
+    leave it) is refused with one clear line by every verb, and list skips it."""
+    runtime = make_runtime(tmp_path, OCI_CONFS["run"])
+    spool = runtime.root / "cut"
+    spool.mkdir(parents=True, mode=0o700)
+    (spool / "state.json").write_text('{"id": "cut", "status": "running", "pid": ')
+    for verb in (["state"], ["start"], ["kill"], ["delete"], ["delete", "--force"]):
+        done = runtime.scrun(*verb, "cut")
+        assert done.returncode != 0, verb
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert "corrupt" in done.stderr, done.stderr
+    listed = runtime.scrun("list", "--format", "json")
+    assert listed.returncode == 0, listed.stderr
+    assert json.loads(listed.stdout) == []
