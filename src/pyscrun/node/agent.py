@@ -9,25 +9,23 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 import selectors
 import signal
 import socket
 import subprocess
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from pyscrun import log, selfpipe
 from pyscrun.anchor import protocol
-from pyscrun.conf import patterns, site
+from pyscrun.conf import site
 from pyscrun.conf.ociconf import OciConf
 from pyscrun.errors import RuntimeCommandError, ScrunError
-from pyscrun.node import criu, rewrite
+from pyscrun.node import criu
 from pyscrun.node.guard import Guard
 from pyscrun.node.runtime import RuntimeCommands, stop_and_delete
-from pyscrun.oci import bundle as oci_bundle
+from pyscrun.node.task import Task, TaskIdentity
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -37,117 +35,6 @@ _FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQU
                       signal.SIGUSR1, signal.SIGUSR2, signal.SIGCONT)
 # How long create/start mode waits for the runtime to report the container created.
 CREATE_TIMEOUT = 60.0
-
-
-@dataclass(frozen=True)
-class TaskIdentity:
-    container_id: str
-    bundle: Path
-    job_id: str
-    step_id: str
-    task_id: str
-    node: str
-    uid: int
-    user: str
-
-    @classmethod
-    def from_env(cls, env: dict[str, str]) -> TaskIdentity:
-        uid = os.getuid()
-        try:
-            user = pwd.getpwuid(uid).pw_name
-        except KeyError:
-            user = str(uid)
-        return cls(
-            container_id=env["PYSCRUN_AGENT_CONTAINER_ID"],
-            bundle=Path(env["PYSCRUN_AGENT_BUNDLE"]),
-            job_id=env["PYSCRUN_AGENT_JOB_ID"],
-            step_id=env.get("SLURM_STEP_ID") or env.get("PYSCRUN_AGENT_STEP_ID", "0"),
-            task_id=env.get("SLURM_PROCID") or "0",
-            node=env.get("SLURMD_NODENAME") or socket.gethostname(),
-            uid=uid,
-            user=user,
-        )
-
-
-def default_container_path() -> Path:
-    if os.getuid() == 0:
-        return Path("/run/pyscrun/tasks")
-    runtime_dir = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime_dir:
-        return Path(runtime_dir) / "pyscrun-tasks"
-    return Path(os.environ.get("TMPDIR") or "/tmp") / f"pyscrun-tasks-{os.getuid()}"
-
-
-def _job_env(env: dict[str, str]) -> dict[str, str]:
-    """The step's Slurm variables, which the container sees beside its own."""
-    return {k: v for k, v in env.items() if k.startswith("SLURM")}
-
-
-class Task:
-    """One task's directory, rewritten config and runtime commands."""
-
-    def __init__(self, conf: OciConf, ident: TaskIdentity, env: dict[str, str]) -> None:
-        self.conf = conf
-        self.ident = ident
-        base = Path(conf.ContainerPath) if conf.ContainerPath else default_container_path()
-        self.step_dir = base / f"oci-job{ident.job_id}-{ident.step_id}"
-        self.dir = self.step_dir / f"task-{ident.task_id}"
-        self.env = env
-        self.terminal = os.isatty(0)
-
-    def prepare(self, more_patterns: dict[str, str],
-                planned: Callable[[RuntimeCommands], None] | None = None) -> RuntimeCommands:
-        """The task dir with its files, and the runtime commands. Everything is worked
-        out before anything is written: `planned` (the guard's start) sees the commands
-        before the task dir exists, so that nothing is ever left without a guard."""
-        conf, ident = self.conf, self.ident
-        files: dict[str, bytes] = {}
-        if conf.IgnoreFileConfigJson:
-            bundle_dir, rootfs = ident.bundle, ident.bundle
-            args: list[str] = json.loads(self.env.get("PYSCRUN_AGENT_ARGS", "[]"))
-            env_entries = rewrite.exclude_env(
-                rewrite.merge_env([], _job_env(self.env)), conf.EnvExclude)
-        else:
-            source = oci_bundle.load(str(ident.bundle))
-            config = rewrite.rewrite(
-                source.config, bundle=ident.bundle, job_env=_job_env(self.env),
-                env_exclude=conf.EnvExclude, terminal=self.terminal and conf.run_mode,
-                mount_spool_dir=conf.MountSpoolDir, step_dir=self.step_dir,
-                disable_hooks=conf.DisableHooks, task_id=ident.task_id,
-            )
-            files["config.json"] = json.dumps(config).encode()
-            bundle_dir, rootfs = self.dir, Path(config["root"]["path"])
-            args = config["process"]["args"]
-            env_entries = config["process"]["env"]
-        env_file = ""
-        if conf.CreateEnvFile != "disabled":
-            files["environment"] = rewrite.env_file_content(env_entries, conf.CreateEnvFile)
-            env_file = str(self.dir / "environment")
-        values = patterns.PatternValues(
-            bundle=str(bundle_dir), env_file=env_file, job_id=ident.job_id,
-            step_dir=str(self.step_dir), node_name=ident.node, rootfs=str(rootfs),
-            step_id=ident.step_id, task_id=ident.task_id, user_name=ident.user,
-            uid=str(ident.uid), args=args,
-        )
-        runtime_env = {k: v for k, v in self.env.items() if not k.startswith("PYSCRUN_AGENT_")}
-        commands = RuntimeCommands(conf, values, self.dir, runtime_env, more_patterns)
-        if planned is not None:
-            planned(commands)
-        self.dir.mkdir(mode=0o700, parents=True, exist_ok=False)
-        for name, data in files.items():
-            (self.dir / name).write_bytes(data)
-        return commands
-
-    def cleanup(self) -> None:
-        if self.conf.DisableCleanup:
-            return
-        import shutil
-
-        shutil.rmtree(self.dir, ignore_errors=True)
-        try:
-            self.step_dir.rmdir()
-        except OSError:
-            pass  # another task of the step still uses it
 
 
 class Agent:
