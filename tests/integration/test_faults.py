@@ -183,8 +183,6 @@ def test_slurmctld_away_when_the_container_ends(cluster: Cluster, tmp_path: Path
     finally:
         (gate / "open").touch()
         _stop(run)
-        # slurmstepd retries the step's completion for a minute before the job can
-        # complete: the node is restarted instead of waiting for that.
         # slurmstepd retries the step's completion for a minute, holding the job in
         # COMPLETING: the node is rebooted instead of waiting for that.
         reboot_node(conf, "n1")

@@ -24,7 +24,7 @@ from pyscrun.anchor.store import write_atomic
 from pyscrun.backends.base import Allocation, LaunchRequest, Step
 from pyscrun.conf import scrun_env
 from pyscrun.errors import InvalidState, ScrunError
-from pyscrun.oci.state import CREATED, RUNNING, STOPPED, ContainerState, process_start_time
+from pyscrun.oci.state import CREATED, RUNNING, STOPPED, ContainerState, process_start_time, shell_status
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -421,7 +421,7 @@ def _wait(pid: int) -> int:
         _, status = os.waitpid(pid, 0)
     except ChildProcessError:
         return 255
-    return 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.waitstatus_to_exitcode(status)
+    return shell_status(status)
 
 
 def _job_number(job_id: str) -> int:

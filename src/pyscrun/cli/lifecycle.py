@@ -10,7 +10,7 @@ from pyscrun import log
 from pyscrun.anchor.store import Store
 from pyscrun.cli.main import Context
 from pyscrun.errors import AnchorError, InvalidState, UsageError
-from pyscrun.oci.state import CREATED, RUNNING, STOPPED, ContainerState
+from pyscrun.oci.state import CREATED, RUNNING, STOPPED, ContainerState, shell_status
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ def run(ctx: Context) -> int:
         return 0
     _, status = os.waitpid(pid, 0)
     store.remove(container_id)
-    return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+    return shell_status(status)
 
 
 def kill(ctx: Context) -> int:

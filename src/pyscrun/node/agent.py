@@ -26,6 +26,7 @@ from pyscrun.node import criu
 from pyscrun.node.guard import Guard
 from pyscrun.node.runtime import RuntimeCommands, stop_and_delete
 from pyscrun.node.task import Task, TaskIdentity
+from pyscrun.oci.state import shell_status
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -295,9 +296,7 @@ def _wait_status(pid: int) -> tuple[int, bool]:
         _, status = os.waitpid(pid, 0)
     except ChildProcessError:
         return 0, False
-    if os.WIFEXITED(status):
-        return os.waitstatus_to_exitcode(status), True
-    return 128 + os.WTERMSIG(status), False
+    return shell_status(status), os.WIFEXITED(status)
 
 
 def _set_child_subreaper() -> None:

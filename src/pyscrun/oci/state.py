@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from pyscrun import OCI_VERSION
 
 # typing itself costs milliseconds on the CLI's hot path: import it for checkers only.
@@ -108,3 +110,10 @@ def process_alive(pid: int, start_time: int) -> bool:
     if stat is None or stat[0] in (b"Z", b"X"):
         return False
     return start_time in (0, stat[1])
+
+
+def shell_status(wait_status: int) -> int:
+    """A wait status as a shell reports it: the exit code, or 128+N for signal N."""
+    if os.WIFSIGNALED(wait_status):
+        return 128 + os.WTERMSIG(wait_status)
+    return os.waitstatus_to_exitcode(wait_status)
