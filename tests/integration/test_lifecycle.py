@@ -85,9 +85,13 @@ def test_run_verb_returns_exit_code(local_runtime: Runtime, tmp_path: Path) -> N
 
 
 def test_kill_accepts_names_and_numbers(local_runtime: Runtime, tmp_path: Path) -> None:
-    bundle = make_bundle(tmp_path, ["sh", "-c", "trap 'exit 10' USR1; while true; do sleep 0.1; done"])
+    bundle = make_bundle(tmp_path, ["sh", "-c",
+                                    "trap 'exit 10' USR1; touch /tmp/ready; "
+                                    "while true; do sleep 0.1; done"])
     assert local_runtime.scrun("create", "-b", str(bundle), "sig").returncode == 0
     assert local_runtime.scrun("start", "sig").returncode == 0
+    # Until its trap is set, a shell as pid 1 ignores USR1: wait for it, as with runc.
+    wait_for((bundle / "rootfs/tmp/ready").exists, 10, "the trap")
     assert local_runtime.scrun("kill", "sig", "BOGUS").returncode != 0
     assert local_runtime.scrun("kill", "sig", str(int(signal.SIGUSR1))).returncode == 0
     wait_for(lambda: _state(local_runtime, "sig")["status"] == "stopped", 10, "stopped")
