@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -61,6 +62,18 @@ class Runtime:
     def slurm_conf(self) -> Path:
         return self.conf_dir / "slurm.conf"
 
+    @property
+    def log(self) -> Path:
+        return self.wrapper.parent / "scrun.log"
+
+    def log_errors(self) -> list[str]:
+        """The runtime's logged errors, for a failure's message."""
+        try:
+            lines = self.log.read_text(errors="replace").splitlines()
+        except FileNotFoundError:
+            return []
+        return [line for line in lines if " error: " in line]
+
     def scrun(self, *args: str, input: bytes | None = None, timeout: float = 60,
               env: dict[str, str] | None = None, cwd: Path | None = None,
               ) -> subprocess.CompletedProcess[str]:
@@ -88,8 +101,11 @@ def make_runtime(base: Path, oci_conf: str | None, extra_files: dict[str, str] |
     for name, text in (extra_files or {}).items():
         (conf_dir / name).write_text(text)
     wrapper = base / "scrun"
+    # podman passes no --log: without one the anchor's and agents' messages would be
+    # lost, and a failure could not say why (a caller's own --log, later, wins).
     wrapper.write_text(
-        f"#!/bin/sh\nexec {SCRUN} --root {root} -f {conf_dir / 'slurm.conf'} \"$@\"\n")
+        f"#!/bin/sh\nexec {SCRUN} --root {root} -f {conf_dir / 'slurm.conf'}"
+        f" --log {base / 'scrun.log'} \"$@\"\n")
     wrapper.chmod(0o755)
     return Runtime(root, conf_dir, wrapper)
 
@@ -175,8 +191,27 @@ class LeakCheck:
             if not left:
                 return
             if time.monotonic() > deadline:
+                self._clean(left)
                 pytest.fail(f"left behind: {left}")
             time.sleep(0.2)
+
+    def _clean(self, left: dict[str, list[str]]) -> None:
+        """Remove what a failed test left, so that the tests after it do not fail too."""
+        for container in left.get("spool dirs", []):
+            self.runtime.scrun("delete", "--force", container)
+        for line in left.get("processes", []):
+            try:
+                os.kill(int(line.split(":", 1)[0]), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for job in left.get("slurm jobs", []):
+            assert self.slurm_conf is not None
+            slurm(self.slurm_conf, "scancel", job.split()[0])
+        for container in left.get("runc containers", []):
+            subprocess.run(["runc", "delete", "--force", container], capture_output=True,
+                           check=False)
+        for name in left.get("task dirs", []):
+            shutil.rmtree(TASKS_DIR / name, ignore_errors=True)
 
 
 def wait_for(predicate: object, timeout: float, what: str) -> None:
@@ -257,15 +292,18 @@ class Cluster:
 
 
 def hangs_and_failures(count: int, run_once: Callable[[], subprocess.CompletedProcess[bytes]],
-                       ) -> list[str]:
-    """Run count times in a row; what hung (the call timed out) or failed, each a line."""
+                       runtime: Runtime | None = None) -> list[str]:
+    """Run count times in a row; what hung (the call timed out) or failed, each a line
+    (with the errors runtime logged meanwhile, if given)."""
     failures = []
     for i in range(count):
+        logged = len(runtime.log_errors()) if runtime is not None else 0
         try:
             done = run_once()
         except subprocess.TimeoutExpired:
             failures.append(f"run {i}: hung")
             continue
         if done.returncode != 0:
-            failures.append(f"run {i}: rc={done.returncode} {done.stderr[-300:]!r}")
+            errors = runtime.log_errors()[logged:] if runtime is not None else []
+            failures.append(f"run {i}: rc={done.returncode} {done.stderr[-300:]!r} {errors}")
     return failures

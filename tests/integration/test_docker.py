@@ -205,7 +205,8 @@ def test_container_prints_its_slurm_job_id(dockerd: Dockerd, docker_slurm_runtim
 
 def test_hundred_sequential_runs_through_slurm(dockerd: Dockerd, docker_slurm_runtime: Runtime) -> None:
     assert hangs_and_failures(
-        100, lambda: dockerd.docker(*RUN, "--rm", IMAGE, "true", timeout=60)) == []
+        100, lambda: dockerd.docker(*RUN, "--rm", IMAGE, "true", timeout=60),
+        docker_slurm_runtime) == []
 
 
 @pytest.mark.nodes(3)

@@ -136,4 +136,5 @@ def test_interactive_terminal_under_tmux(runtime: Runtime, tmp_path: Path) -> No
 
 def test_many_sequential_runs_never_hang(default_runtime: Runtime) -> None:
     assert hangs_and_failures(
-        100, lambda: podman(default_runtime, "run", "--rm", IMAGE, "true", timeout=60)) == []
+        100, lambda: podman(default_runtime, "run", "--rm", IMAGE, "true", timeout=60),
+        default_runtime) == []

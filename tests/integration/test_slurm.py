@@ -156,4 +156,5 @@ def test_stop_ends_the_job(slurm_runtime: Runtime) -> None:
 
 def test_two_hundred_sequential_runs_never_hang(slurm_runtime: Runtime) -> None:
     assert hangs_and_failures(
-        200, lambda: podman(slurm_runtime, "run", "--rm", IMAGE, "/bin/true", timeout=60)) == []
+        200, lambda: podman(slurm_runtime, "run", "--rm", IMAGE, "/bin/true", timeout=60),
+        slurm_runtime) == []

@@ -157,6 +157,11 @@ class Anchor:
                 self._kill(signal.SIGKILL)
         elif data == "step":
             assert self.step is not None
+            # An agent's report may still wait unread in its socket (both became
+            # readable in the same round): read it before the status is decided.
+            for other, _ in self.selector.select(0):
+                if isinstance(other.data, Connection) and other.data.task is not None:
+                    self._read(other.data)
             # Agents report their container's status and exit 0; a task that could
             # not report (killed) leaves its status in the launcher's own.
             self.exit_status = max([_wait(self.step.pid), *self.agents.exit_statuses])
@@ -425,9 +430,10 @@ def _wait(pid: int) -> int:
 
 
 def _job_number(job_id: str) -> int:
-    """Lua sees the job id as a number; the local backend's ids carry a prefix."""
-    digits = "".join(c for c in job_id if c.isdigit())
-    return int(digits) if digits else 0
+    """Lua sees the job id as a number: the local backend's (`local<pid>.<start>`) is
+    its pid."""
+    number = job_id.removeprefix("local").partition(".")[0]
+    return int(number) if number.isdigit() else 0
 
 
 def _user_name() -> str:

@@ -9,12 +9,13 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import sys
 
 from pyscrun import log
 from pyscrun.anchor.console import make_controlling_terminal
 from pyscrun.backends.base import Allocation, Backend, LaunchRequest, Step
 from pyscrun.conf.site import Site
-from pyscrun.oci.state import ContainerState
+from pyscrun.oci.state import ContainerState, process_start_time
 
 
 def run_shell(script: str) -> tuple[int, str]:
@@ -31,8 +32,12 @@ class LocalBackend(Backend):
 
     def allocate(self, site: Site, state: ContainerState, options: dict[str, str],
                  environ: dict[str, str]) -> Allocation:
-        # The anchor's pid names the "job": unique while the container lives.
-        return Allocation(job_id=f"local{os.getpid()}", nodes=[socket.gethostname()],
+        # The anchor's pid and start time name the "job": like a Slurm job id, never
+        # reused (until reboot), so the task dir and runtime ids a container left behind
+        # after a crash cannot stand in the way of a later container with the same pid.
+        pid = os.getpid()
+        return Allocation(job_id=f"local{pid}.{process_start_time(pid)}",
+                          nodes=[socket.gethostname()],
                           owned=True)
 
     def launch(self, site: Site, allocation: Allocation, request: LaunchRequest) -> Step:
@@ -52,6 +57,9 @@ class LocalBackend(Backend):
             else:
                 os.setsid()
             log.current.close_file()
+            # As on a compute node, the agent's errors go to the container's stderr,
+            # where podman shows them.
+            log.current.stderr = sys.stderr
             os.closerange(3, 1 << 16)
             from pyscrun.node import agent
 
