@@ -17,9 +17,10 @@ import socket
 import time
 
 from pyscrun import backends, log, selfpipe
-from pyscrun.anchor import console, jobenv, protocol
+from pyscrun.anchor import console, protocol
 from pyscrun.anchor.agents import Agents, Connection
 from pyscrun.anchor.spawn import CreateRequest, write_all
+from pyscrun.anchor.staging import Staging
 from pyscrun.anchor.store import write_atomic
 from pyscrun.backends.base import Allocation, LaunchRequest, Step
 from pyscrun.conf import scrun_env
@@ -29,8 +30,6 @@ from pyscrun.oci.state import CREATED, RUNNING, STOPPED, ContainerState, process
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, NoReturn
-
-    from pyscrun.hooks.lua import ScrunLua
 
 _TERMINATING_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # Signals whose default action neither ends nor dumps a process.
@@ -58,7 +57,6 @@ class Anchor:
         self.agents = Agents()
         self.kill_deadline: float | None = None
         self.exit_status: int | None = None
-        self.hooks: ScrunLua | None = None
         self.ready_fd: int | None = None  # open while a restore waits for its tasks
         # The caller's stdin, stdout, stderr (and /dev/null) for agents that can take
         # them over the control socket: the container then writes to podman directly
@@ -72,8 +70,7 @@ class Anchor:
             annotations=bundle.annotations, rootfs=str(bundle.rootfs),
             owner=_user_name(), backend=self.backend.name,
         )
-        # Where the container runs from: the submitted bundle unless scrun.lua moves it.
-        self.run_bundle, self.run_rootfs = self.state.bundle, self.state.rootfs
+        self.staging = Staging(request, self.backend, self.state)
 
     # -- create ----------------------------------------------------------------------
     def _setup(self) -> None:
@@ -97,7 +94,7 @@ class Anchor:
         self.state.job_id = self.allocation.job_id
         self.state.job_owned = self.allocation.owned
         self.store.save(self.state)
-        self._stage_in()
+        self.staging.stage_in(self.allocation)
         self.state.status = CREATED
         self.store.save(self.state)
         if self.request.pid_file:
@@ -265,7 +262,7 @@ class Anchor:
         self.store.save(self.state)
         agent_env = {
             "PYSCRUN_AGENT_CONTAINER_ID": self.state.id,
-            "PYSCRUN_AGENT_BUNDLE": self.run_bundle,
+            "PYSCRUN_AGENT_BUNDLE": self.staging.bundle,
             "PYSCRUN_AGENT_SLURM_CONF": str(self.site.slurm_conf),
             "PYSCRUN_AGENT_SOCKET": self.store.socket_path(self.state.id),
             "PYSCRUN_AGENT_TOKEN": self.token,
@@ -281,7 +278,7 @@ class Anchor:
             agent_env["PYSCRUN_AGENT_STDIO"] = "pass"
         request = LaunchRequest(
             agent_env=agent_env,
-            job_env={**self._output_env(), **self.allocation.env},
+            job_env={**self.staging.output_env(), **self.allocation.env},
             terminal_fd=self.terminal_fd,
             step_args=scrun_env.arguments(self.request.job_options, scrun_env.STEP),
             pass_stdio=pass_stdio,
@@ -343,55 +340,6 @@ class Anchor:
         else:
             self.exit_status = 128 + signal.SIGKILL
 
-    # -- staging (scrun.lua) -------------------------------------------------------------
-    def _stage_in(self) -> None:
-        if not self.site.scrun_lua.exists():
-            log.current.info(f"no {self.site.scrun_lua}: no staging")
-            return
-        from pyscrun.hooks import lua
-
-        allocation, state = self.allocation, self.state
-        assert allocation is not None
-        self.hooks = lua.load(
-            self.site.scrun_lua,
-            lambda script: self.backend.remote_command(self.site, allocation, script),
-            state.bundle, state.rootfs,
-        )
-        if self.hooks is None:
-            return
-        job_env = [f"{k}={v}" for k, v in {**self._output_env(), **allocation.env}.items()]
-        staged = self.hooks.stage_in(
-            state.id, state.bundle, self.store.spool_dir(state.id),
-            str(self.request.bundle.config_path), _job_number(allocation.job_id),
-            os.getuid(), os.getgid(), job_env,
-        )
-        self.run_bundle, self.run_rootfs = staged.bundle, staged.root_path
-
-    def _stage_out(self) -> None:
-        if self.hooks is None or self.allocation is None:
-            return
-        state = self.state
-        try:
-            self.hooks.stage_out(
-                state.id, self.run_bundle, state.bundle, self.run_rootfs, state.rootfs,
-                self.store.spool_dir(state.id), str(self.request.bundle.config_path),
-                _job_number(self.allocation.job_id), os.getuid(), os.getgid(),
-            )
-        except ScrunError as err:
-            log.current.error(f"stage_out: {err}")
-
-    def _output_env(self) -> dict[str, str]:
-        request, state = self.request, self.state
-        return jobenv.output_env(
-            container_id=state.id, anchor_pid=state.pid, bundle=self.run_bundle,
-            submission_bundle=str(request.bundle.path), annotations=state.annotations,
-            pid_file=request.pid_file, socket=self.store.socket_path(state.id),
-            spool_dir=self.store.spool_dir(state.id),
-            config_file=str(request.bundle.config_path), root=self.store.root,
-            rootfs=self.run_rootfs, submission_rootfs=str(request.bundle.rootfs),
-            log_file=request.log_file, log_format=request.log_format,
-        )
-
     # -- the end -----------------------------------------------------------------------
     def _release(self) -> None:
         if self.allocation is not None:
@@ -409,7 +357,8 @@ class Anchor:
             self.listener = None
 
     def _finish(self, status: int) -> int:
-        self._stage_out()
+        if self.allocation is not None:
+            self.staging.stage_out(self.allocation)
         self.state.status = STOPPED
         self.state.exit_status = status
         try:
@@ -427,13 +376,6 @@ def _wait(pid: int) -> int:
     except ChildProcessError:
         return 255
     return shell_status(status)
-
-
-def _job_number(job_id: str) -> int:
-    """Lua sees the job id as a number: the local backend's (`local<pid>.<start>`) is
-    its pid."""
-    number = job_id.removeprefix("local").partition(".")[0]
-    return int(number) if number.isdigit() else 0
 
 
 def _user_name() -> str:

@@ -39,8 +39,6 @@ _LOG_LEVELS = (log.INFO, log.VERBOSE, log.DEBUG, log.DEBUG2, log.DEBUG3)
 # Longest error message passed on: a script may raise whole command outputs.
 _MAX_MESSAGE = 1000
 
-_said_absent: set[Path] = set()
-
 
 class HookError(ScrunError):
     """scrun.lua failed to load, lacks a function, raised an error or returned failure."""
@@ -218,13 +216,8 @@ def _as_int(number: Any) -> int:
     return int(number)
 
 
-def load(path: Path, remote_command: CommandRunner, bundle: str, root_path: str) -> ScrunLua | None:
-    """The script at path, loaded and checked; None (said once at info level) if absent."""
-    if not os.path.lexists(path):
-        if path not in _said_absent:
-            _said_absent.add(path)
-            log.current.info(f"no {path}: containers are not staged")
-        return None
+def load(path: Path, remote_command: CommandRunner, bundle: str, root_path: str) -> ScrunLua:
+    """The script at path, loaded and checked."""
     hooks = ScrunLua(path, remote_command, bundle, root_path)
     hooks._load()
     return hooks

@@ -1,0 +1,95 @@
+"""Where a container runs from, and the scrun.lua calls that may move it there and back.
+
+The submitted bundle unless `slurm_scrun_stage_in` moves it (slurm.set_bundle_path,
+slurm.set_root_path); `slurm_scrun_stage_out` then gets both places. The man page's
+output variables describe the container as it runs, so they are worked out here too.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from pyscrun import log
+from pyscrun.anchor import jobenv
+from pyscrun.anchor.spawn import CreateRequest
+from pyscrun.backends.base import Allocation, Backend
+from pyscrun.errors import ScrunError
+from pyscrun.oci.state import ContainerState
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pyscrun.hooks.lua import ScrunLua
+
+
+class Staging:
+    def __init__(self, request: CreateRequest, backend: Backend, state: ContainerState) -> None:
+        self.request = request
+        self.backend = backend
+        self.state = state
+        self.hooks: ScrunLua | None = None
+        self.bundle, self.rootfs = state.bundle, state.rootfs
+
+    def output_env(self) -> dict[str, str]:
+        """The SCRUN_* output variables of the man page."""
+        request, state, store = self.request, self.state, self.request.store
+        return jobenv.output_env(
+            container_id=state.id, anchor_pid=state.pid, bundle=self.bundle,
+            submission_bundle=str(request.bundle.path), annotations=state.annotations,
+            pid_file=request.pid_file, socket=store.socket_path(state.id),
+            spool_dir=store.spool_dir(state.id),
+            config_file=str(request.bundle.config_path), root=store.root,
+            rootfs=self.rootfs, submission_rootfs=str(request.bundle.rootfs),
+            log_file=request.log_file, log_format=request.log_format,
+        )
+
+    def stage_in(self, allocation: Allocation) -> None:
+        site, state = self.request.site, self.state
+        self.hooks = load_hooks(
+            site.scrun_lua,
+            lambda script: self.backend.remote_command(site, allocation, script),
+            state.bundle, state.rootfs,
+        )
+        if self.hooks is None:
+            return
+        job_env = [f"{k}={v}" for k, v in {**self.output_env(), **allocation.env}.items()]
+        staged = self.hooks.stage_in(
+            state.id, state.bundle, self.request.store.spool_dir(state.id),
+            str(self.request.bundle.config_path), _job_number(allocation.job_id),
+            os.getuid(), os.getgid(), job_env,
+        )
+        self.bundle, self.rootfs = staged.bundle, staged.root_path
+
+    def stage_out(self, allocation: Allocation) -> None:
+        """Errors are logged: the container has ended, its job must still be released."""
+        if self.hooks is None:
+            return
+        state = self.state
+        try:
+            self.hooks.stage_out(
+                state.id, self.bundle, state.bundle, self.rootfs, state.rootfs,
+                self.request.store.spool_dir(state.id), str(self.request.bundle.config_path),
+                _job_number(allocation.job_id), os.getuid(), os.getgid(),
+            )
+        except ScrunError as err:
+            log.current.error(f"stage_out: {err}")
+
+
+def load_hooks(path: Path, remote_command: Callable[[str], tuple[int, str]], bundle: str,
+               root_path: str) -> ScrunLua | None:
+    """The site's scrun.lua, loaded; None (said at info level) if there is none."""
+    if not os.path.lexists(path):
+        log.current.info(f"no {path}: containers are not staged")
+        return None
+    # Imported only now: the Lua machinery would cost every container without one.
+    from pyscrun.hooks import lua
+
+    return lua.load(path, remote_command, bundle, root_path)
+
+
+def _job_number(job_id: str) -> int:
+    """Lua sees the job id as a number: the local backend's (`local<pid>.<start>`) is
+    its pid."""
+    number = job_id.removeprefix("local").partition(".")[0]
+    return int(number) if number.isdigit() else 0
