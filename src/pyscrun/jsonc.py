@@ -55,8 +55,12 @@ def loads(data: bytes | str) -> Any:
         return json.loads(text)
     try:
         value, end = _scan(text, 0)
-    except StopIteration as err:
-        raise ValueError(f"invalid JSON at character {err.value}") from None
+    except (StopIteration, SystemError):
+        # The C scanner builds its error with json.decoder, which is not loaded then
+        # (SystemError): `json` says what is wrong and where (line and column).
+        import json
+
+        return json.loads(text)
     if end != len(text):
         raise ValueError(f"extra data after JSON at character {end}")
     return value

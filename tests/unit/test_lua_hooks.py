@@ -72,14 +72,14 @@ def stage_in_error(hooks: lua.ScrunLua, container_id: str = "id") -> str:
 
 # -- loading -----------------------------------------------------------------------------
 def test_absent_script_means_no_staging_said_at_info(tmp_path: Path, logged: io.StringIO) -> None:
-    assert staging.load_hooks(tmp_path / "scrun.lua", Runner(), "/b", "/r") is None
+    assert staging.load_hooks(str(tmp_path / "scrun.lua"), Runner(), "/b", "/r") is None
     assert logged.getvalue() == f"t: info: no {tmp_path / 'scrun.lua'}: containers are not staged\n"
 
 
 def test_lua_is_not_imported_without_a_script(tmp_path: Path) -> None:
-    code = ("import sys; from pathlib import Path\n"
+    code = ("import sys\n"
             "from pyscrun.anchor import staging\n"
-            f"staging.load_hooks(Path({str(tmp_path / 'scrun.lua')!r}), None, '/b', '/r')\n"
+            f"staging.load_hooks({str(tmp_path / 'scrun.lua')!r}, None, '/b', '/r')\n"
             "print(sorted(m for m in sys.modules if m.startswith(('lupa', 'pyscrun.hooks'))))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout == "[]\n"

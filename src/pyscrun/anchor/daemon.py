@@ -9,14 +9,13 @@ every task runs again.
 
 from __future__ import annotations
 
-import json
 import os
 import selectors
 import signal
 import socket
 import time
 
-from pyscrun import backends, log, selfpipe
+from pyscrun import backends, jsonc, log, selfpipe
 from pyscrun.anchor import console, protocol
 from pyscrun.anchor.agents import Agents, Connection
 from pyscrun.anchor.spawn import CreateRequest, write_all
@@ -64,10 +63,10 @@ class Anchor:
         self.stdio: list[int] | None = None
         bundle = request.bundle
         self.state = ContainerState(
-            id=request.container_id, bundle=str(bundle.path), pid=os.getpid(),
+            id=request.container_id, bundle=bundle.path, pid=os.getpid(),
             pid_start=process_start_time(os.getpid()),
             created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            annotations=bundle.annotations, rootfs=str(bundle.rootfs),
+            annotations=bundle.annotations, rootfs=bundle.rootfs,
             owner=_user_name(), backend=self.backend.name,
         )
         self.staging = Staging(request, self.backend, self.state)
@@ -263,15 +262,15 @@ class Anchor:
         agent_env = {
             "PYSCRUN_AGENT_CONTAINER_ID": self.state.id,
             "PYSCRUN_AGENT_BUNDLE": self.staging.bundle,
-            "PYSCRUN_AGENT_SLURM_CONF": str(self.site.slurm_conf),
+            "PYSCRUN_AGENT_SLURM_CONF": self.site.slurm_conf,
             "PYSCRUN_AGENT_SOCKET": self.store.socket_path(self.state.id),
             "PYSCRUN_AGENT_TOKEN": self.token,
             "PYSCRUN_AGENT_JOB_ID": self.allocation.job_id,
             # The step's command, as srun gives it: what IgnoreFileConfigJson runs.
-            "PYSCRUN_AGENT_ARGS": json.dumps(self.request.bundle.config["process"]["args"]),
+            "PYSCRUN_AGENT_ARGS": jsonc.dumps(self.request.bundle.config["process"]["args"]),
         }
         if self.request.restore is not None:
-            agent_env["PYSCRUN_AGENT_RESTORE"] = json.dumps(self.request.restore)
+            agent_env["PYSCRUN_AGENT_RESTORE"] = jsonc.dumps(self.request.restore)
         pass_stdio = self.backend.name == "slurm" and self.terminal_fd is None
         if pass_stdio:
             self.stdio = [os.dup(0), os.dup(1), os.dup(2), os.open(os.devnull, os.O_RDONLY)]

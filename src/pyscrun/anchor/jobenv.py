@@ -5,9 +5,10 @@ from __future__ import annotations
 import grp
 import os
 import pwd
-import re
 
 from pyscrun import OCI_VERSION
+
+_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
 
 
 def _name(lookup: str, number: int) -> str:
@@ -50,5 +51,6 @@ def output_env(
     }
     for key, value in annotations.items():
         # Environment names cannot hold dots or dashes: org.foo-bar -> ORG_FOO_BAR.
-        env["SCRUN_ANNOTATION_" + re.sub(r"[^A-Za-z0-9_]", "_", key).upper()] = value
+        name = "".join(c if c in _NAME_CHARS else "_" for c in key)
+        env["SCRUN_ANNOTATION_" + name.upper()] = value
     return env

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from pathlib import Path
 
 from pyscrun import log
 from pyscrun.anchor import jobenv
@@ -36,11 +35,11 @@ class Staging:
         request, state, store = self.request, self.state, self.request.store
         return jobenv.output_env(
             container_id=state.id, anchor_pid=state.pid, bundle=self.bundle,
-            submission_bundle=str(request.bundle.path), annotations=state.annotations,
+            submission_bundle=request.bundle.path, annotations=state.annotations,
             pid_file=request.pid_file, socket=store.socket_path(state.id),
             spool_dir=store.spool_dir(state.id),
-            config_file=str(request.bundle.config_path), root=store.root,
-            rootfs=self.rootfs, submission_rootfs=str(request.bundle.rootfs),
+            config_file=request.bundle.config_path, root=store.root,
+            rootfs=self.rootfs, submission_rootfs=request.bundle.rootfs,
             log_file=request.log_file, log_format=request.log_format,
         )
 
@@ -56,7 +55,7 @@ class Staging:
         job_env = [f"{k}={v}" for k, v in {**self.output_env(), **allocation.env}.items()]
         staged = self.hooks.stage_in(
             state.id, state.bundle, self.request.store.spool_dir(state.id),
-            str(self.request.bundle.config_path), _job_number(allocation.job_id),
+            self.request.bundle.config_path, _job_number(allocation.job_id),
             os.getuid(), os.getgid(), job_env,
         )
         self.bundle, self.rootfs = staged.bundle, staged.root_path
@@ -69,23 +68,25 @@ class Staging:
         try:
             self.hooks.stage_out(
                 state.id, self.bundle, state.bundle, self.rootfs, state.rootfs,
-                self.request.store.spool_dir(state.id), str(self.request.bundle.config_path),
+                self.request.store.spool_dir(state.id), self.request.bundle.config_path,
                 _job_number(allocation.job_id), os.getuid(), os.getgid(),
             )
         except ScrunError as err:
             log.current.error(f"stage_out: {err}")
 
 
-def load_hooks(path: Path, remote_command: Callable[[str], tuple[int, str]], bundle: str,
+def load_hooks(path: str, remote_command: Callable[[str], tuple[int, str]], bundle: str,
                root_path: str) -> ScrunLua | None:
     """The site's scrun.lua, loaded; None (said at info level) if there is none."""
     if not os.path.lexists(path):
         log.current.info(f"no {path}: containers are not staged")
         return None
     # Imported only now: the Lua machinery would cost every container without one.
+    from pathlib import Path
+
     from pyscrun.hooks import lua
 
-    return lua.load(path, remote_command, bundle, root_path)
+    return lua.load(Path(path), remote_command, bundle, root_path)
 
 
 def _job_number(job_id: str) -> int:

@@ -15,7 +15,7 @@ from pyscrun import log
 from pyscrun.anchor.console import make_controlling_terminal
 from pyscrun.backends.base import Allocation, Backend, LaunchRequest, Step
 from pyscrun.conf.site import Site
-from pyscrun.oci.state import ContainerState, process_start_time
+from pyscrun.oci.state import ContainerState
 
 
 def run_shell(script: str) -> tuple[int, str]:
@@ -35,10 +35,8 @@ class LocalBackend(Backend):
         # The anchor's pid and start time name the "job": like a Slurm job id, never
         # reused (until reboot), so the task dir and runtime ids a container left behind
         # after a crash cannot stand in the way of a later container with the same pid.
-        pid = os.getpid()
-        return Allocation(job_id=f"local{pid}.{process_start_time(pid)}",
-                          nodes=[socket.gethostname()],
-                          owned=True)
+        return Allocation(job_id=f"local{state.pid}.{state.pid_start}",
+                          nodes=[socket.gethostname()], owned=True)
 
     def launch(self, site: Site, allocation: Allocation, request: LaunchRequest) -> Step:
         pid = os.fork()

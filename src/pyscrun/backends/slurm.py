@@ -33,7 +33,7 @@ TERMINAL_SIZE_WAIT = 1.0
 
 def _env(site: Site, extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
-    env["SLURM_CONF"] = str(site.slurm_conf)
+    env["SLURM_CONF"] = site.slurm_conf
     env.update(extra or {})
     return env
 

@@ -13,7 +13,6 @@ from pyscrun.errors import NotSupported, UsageError, exit_status_of
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from pathlib import Path
 
     from pyscrun.anchor.store import Store
 
@@ -47,7 +46,7 @@ class Context:
         return Store(os.path.abspath(root) if root else default_root(self.environ))
 
     @property
-    def slurm_conf(self) -> Path:
+    def slurm_conf(self) -> str:
         from pyscrun.conf.site import slurm_conf_path
 
         return slurm_conf_path(self.option("f"), self.environ)

@@ -54,3 +54,9 @@ def parse(text: str, source: str) -> list[tuple[str, str, int]]:
                 raise ConfigError(f"{where}: unexpected text after the value of {key}")
             pairs.append((key, value, number))
     return pairs
+
+
+def read_text(path: str) -> str:
+    """A configuration file's text (UTF-8)."""
+    with open(path, encoding="utf-8") as file:
+        return file.read()

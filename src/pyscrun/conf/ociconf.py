@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
-from pathlib import Path
-
 from pyscrun.conf import keyvalue, patterns
 from pyscrun.errors import ConfigError
 from pyscrun.log import parse_level
@@ -13,6 +9,8 @@ from pyscrun.log import parse_level
 # typing costs milliseconds at every start of the CLI: for type checkers only.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import re
+    from collections.abc import Callable
     from typing import Any
 
 RUNTIME_DIRECTIVES = ("RunTimeCreate", "RunTimeDelete", "RunTimeKill", "RunTimeQuery",
@@ -31,6 +29,9 @@ def _boolean(value: str, where: str) -> bool:
 
 
 def _regex(value: str, where: str) -> re.Pattern[str]:
+    # Imported only for a site that sets a regex: `re` costs every create milliseconds.
+    import re
+
     try:
         return re.compile(value)
     except (re.error, OverflowError, RecursionError) as err:
@@ -184,12 +185,12 @@ def parse(text: str, source: str) -> OciConf:
     return conf
 
 
-def load(path: Path) -> OciConf:
+def load(path: str) -> OciConf:
     """oci.conf at path, or the built-in default when there is none."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = keyvalue.read_text(path)
     except FileNotFoundError:
         return BUILTIN_DEFAULT
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"cannot read {path}: {err}") from None
-    return parse(text, str(path))
+    return parse(text, path)

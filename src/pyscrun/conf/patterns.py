@@ -6,13 +6,11 @@ backticks or quotes reaches the runtime as text and never runs.
 
 from __future__ import annotations
 
-import shlex
-from collections.abc import Iterator, Sequence
-
 from pyscrun.errors import ConfigError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
     from typing import Any
 
 # Pattern letter -> what it stands for (the field of PatternValues that fills it).
@@ -89,6 +87,9 @@ def check(pattern: str, where: str) -> None:
 
 
 def expand(pattern: str, values: PatternValues) -> str:
+    # Only the node agent expands: create, which checks, is spared shlex (and its `re`).
+    import shlex
+
     out = []
     for text, letter, quoting in _scan(pattern):
         out.append(text)

@@ -7,12 +7,11 @@ beside it.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from pyscrun.conf import keyvalue, ociconf, patterns
 from pyscrun.errors import ConfigError
 
-DEFAULT_SLURM_CONF = Path("/etc/slurm/slurm.conf")
+DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"
 BACKENDS = ("auto", "local", "slurm")
 
 
@@ -39,15 +38,15 @@ class PyscrunConf:
             setattr(self, name, values.get(name, default))
 
 
-def _parse_pyscrun_conf(path: Path) -> PyscrunConf:
+def _parse_pyscrun_conf(path: str) -> PyscrunConf:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = keyvalue.read_text(path)
     except FileNotFoundError:
         return PyscrunConf()
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"cannot read {path}: {err}") from None
     values: dict[str, str] = {}
-    for key, value, line in keyvalue.parse(text, str(path)):
+    for key, value, line in keyvalue.parse(text, path):
         name = _PYSCRUN_KEYS.get(key.lower())
         if name is None:
             raise ConfigError(f"{path}:{line}: unknown directive {key!r}")
@@ -62,11 +61,13 @@ def _parse_pyscrun_conf(path: Path) -> PyscrunConf:
 
 
 class Site:
-    """Where this machine's configuration lives and what it says."""
+    """Where this machine's configuration lives and what it says.
+
+    Paths are strings: pathlib costs create, on podman's critical path, milliseconds."""
 
     __slots__ = ("backend", "oci", "pyscrun", "slurm_conf")
 
-    def __init__(self, slurm_conf: Path, oci: ociconf.OciConf, backend: str,
+    def __init__(self, slurm_conf: str, oci: ociconf.OciConf, backend: str,
                  pyscrun: PyscrunConf) -> None:
         self.slurm_conf = slurm_conf
         self.oci = oci
@@ -74,25 +75,25 @@ class Site:
         self.pyscrun = pyscrun
 
     @property
-    def conf_dir(self) -> Path:
-        return self.slurm_conf.parent
+    def conf_dir(self) -> str:
+        return os.path.dirname(self.slurm_conf)
 
     @property
-    def scrun_lua(self) -> Path:
-        return self.conf_dir / "scrun.lua"
+    def scrun_lua(self) -> str:
+        return os.path.join(self.conf_dir, "scrun.lua")
 
 
-def slurm_conf_path(flag: str | None, environ: dict[str, str] | os._Environ[str]) -> Path:
-    return Path(flag or environ.get("SLURM_CONF") or DEFAULT_SLURM_CONF).absolute()
+def slurm_conf_path(flag: str | None, environ: dict[str, str] | os._Environ[str]) -> str:
+    return os.path.abspath(flag or environ.get("SLURM_CONF") or DEFAULT_SLURM_CONF)
 
 
-def load(slurm_conf: Path) -> Site:
-    conf_dir = slurm_conf.parent
-    oci = ociconf.load(conf_dir / "oci.conf")
-    pyscrun = _parse_pyscrun_conf(conf_dir / "pyscrun.conf")
+def load(slurm_conf: str) -> Site:
+    conf_dir = os.path.dirname(slurm_conf)
+    oci = ociconf.load(os.path.join(conf_dir, "oci.conf"))
+    pyscrun = _parse_pyscrun_conf(os.path.join(conf_dir, "pyscrun.conf"))
     backend = pyscrun.Backend
     if backend == "auto":
-        backend = "slurm" if slurm_conf.is_file() else "local"
-    elif backend == "slurm" and not slurm_conf.is_file():
+        backend = "slurm" if os.path.isfile(slurm_conf) else "local"
+    elif backend == "slurm" and not os.path.isfile(slurm_conf):
         raise ConfigError(f"Backend=slurm but {slurm_conf} does not exist")
     return Site(slurm_conf, oci, backend, pyscrun)

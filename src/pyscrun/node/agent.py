@@ -15,7 +15,6 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from pyscrun import log, selfpipe
 from pyscrun.anchor import protocol
@@ -51,7 +50,7 @@ class Agent:
         self.pending_signals: list[int] = []
         self.ended_by_itself = False
         self.guard: Guard | None = None
-        self.ident = TaskIdentity.from_env(env)
+        self.ident = TaskIdentity(env)
         self.more_patterns = more_patterns
 
     # -- control channel -------------------------------------------------------------
@@ -310,7 +309,7 @@ def _set_child_subreaper() -> None:
 def main(env: dict[str, str]) -> int:
     """Run one task; returns its exit status. Errors become a message and status 255."""
     try:
-        the_site = site.load(Path(env["PYSCRUN_AGENT_SLURM_CONF"]))
+        the_site = site.load(env["PYSCRUN_AGENT_SLURM_CONF"])
         more = {"RunTimeCheckpoint": the_site.pyscrun.RunTimeCheckpoint,
                 "RunTimeRestore": the_site.pyscrun.RunTimeRestore}
         return Agent(env, the_site.oci, more).main()
