@@ -62,7 +62,8 @@ def loads(data: bytes | str) -> Any:
 
         return json.loads(text)
     if end != len(text):
-        raise ValueError(f"extra data after JSON at character {end}")
+        start = len(text) - len(text[end:].lstrip())
+        raise ValueError(f"extra data after JSON at character {start}")
     return value
 
 

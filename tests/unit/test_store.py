@@ -27,3 +27,15 @@ def test_remove_of_what_is_not_there_is_quiet(tmp_path: Path) -> None:
     store = Store(str(tmp_path / "root"))
     store.remove("never-created")
     assert not Path(store.spool_dir("never-created")).exists()
+
+
+def test_remove_leaves_a_symlink_planted_as_the_spool_dir_and_its_target(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep").write_text("precious")
+    store = Store(str(tmp_path / "root"))
+    (tmp_path / "root").mkdir()
+    Path(store.spool_dir("s")).symlink_to(victim)
+    store.remove("s")
+    assert (victim / "keep").read_text() == "precious"
+    assert Path(store.spool_dir("s")).is_symlink()

@@ -132,22 +132,27 @@ class Store:
         _remove_tree(self.spool_dir(container_id))
 
 
-def _remove_tree(path: str) -> None:
-    """What is left of path, symlinks not followed, errors ignored: shutil.rmtree
-    without the milliseconds importing shutil costs every delete."""
+def _remove_tree(path: str, dir_fd: int | None = None) -> None:
+    """path and all below it, errors ignored: shutil.rmtree without the milliseconds
+    importing shutil costs every delete. No symlink is followed, path itself included
+    (a link planted where a spool dir belongs must not take its target with it)."""
     try:
-        entries = list(os.scandir(path))
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
     except OSError:
-        entries = []
-    for entry in entries:
-        try:
-            if entry.is_dir(follow_symlinks=False):
-                _remove_tree(entry.path)
-            else:
-                os.unlink(entry.path)
-        except OSError:
-            continue
+        return  # gone, or not a directory of ours to empty
     try:
-        os.rmdir(path)
+        with os.scandir(fd) as entries:
+            for entry in list(entries):
+                if entry.is_dir(follow_symlinks=False):
+                    _remove_tree(entry.name, fd)
+                    continue
+                try:
+                    os.unlink(entry.name, dir_fd=fd)
+                except OSError:
+                    continue
+    finally:
+        os.close(fd)
+    try:
+        os.rmdir(path, dir_fd=dir_fd)
     except OSError:
         pass
