@@ -34,13 +34,18 @@ def test_refuses_what_is_not_strict_json_saying_where(text: str, message: str) -
     assert str(raised.value) == message
 
 
+def _fresh_interpreter(code: str) -> str:
+    """What code prints in an interpreter that has imported nothing of ours yet."""
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True).stdout
+
+
 def test_errors_are_right_before_json_was_ever_imported() -> None:
     # The C scanner cannot build its error without json.decoder loaded.
-    code = ("from pyscrun import jsonc\n"
-            "try:\n    jsonc.loads('[1, }')\nexcept ValueError as err:\n    print(err)")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True)
-    assert done.stdout == "Expecting value: line 1 column 5 (char 4)\n"
+    assert _fresh_interpreter(
+        "from pyscrun import jsonc\n"
+        "try:\n    jsonc.loads('[1, }')\nexcept ValueError as err:\n    print(err)",
+    ) == "Expecting value: line 1 column 5 (char 4)\n"
 
 
 def test_writes_compact_utf8_json_that_reads_back() -> None:
@@ -51,8 +56,7 @@ def test_writes_compact_utf8_json_that_reads_back() -> None:
 
 
 def test_reading_needs_no_json_module() -> None:
-    code = ("import sys\nfrom pyscrun import jsonc\njsonc.loads('{\"a\": [1]}')\n"
-            "print(sorted(m for m in sys.modules if m == 'json' or m.startswith(('json.', 're'))))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True)
-    assert done.stdout == "[]\n"
+    assert _fresh_interpreter(
+        "import sys\nfrom pyscrun import jsonc\njsonc.loads('{\"a\": [1]}')\n"
+        "print(sorted(m for m in sys.modules if m == 'json' or m.startswith(('json.', 're'))))",
+    ) == "[]\n"
