@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import signal
+
 import pytest
 
 from pyscrun.cli.flags import parse
@@ -55,3 +57,12 @@ def test_signals(text: str | None, number: int) -> None:
 def test_bad_signals(text: str) -> None:
     with pytest.raises(UsageError):
         parse_signal(text)
+
+
+def test_every_signal_name_of_the_signal_module_and_only_those() -> None:
+    for member in signal.Signals:
+        assert parse_signal(member.name) == member.value
+        assert parse_signal(member.name.removeprefix("SIG").lower()) == member.value
+    for not_a_signal in ("SIG_DFL", "_DFL", "SIG_IGN", "SIG_BLOCK", "NSIG", "ITIMER_REAL"):
+        with pytest.raises(UsageError):
+            parse_signal(not_a_signal)
