@@ -168,11 +168,10 @@ class Anchor:
     def _accept(self) -> None:
         assert self.listener is not None
         try:
-            conn, _ = self.listener.accept()
+            conn = protocol.accept(self.listener)
         except BlockingIOError:
             return
-        if protocol.peer_uid(conn) not in (os.getuid(), 0):
-            conn.close()
+        if conn is None:
             return
         conn.setblocking(False)
         self.selector.register(conn, selectors.EVENT_READ, Connection(conn))

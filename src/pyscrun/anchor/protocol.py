@@ -56,9 +56,15 @@ def listen(path: str) -> socket.socket:
     return server
 
 
-def peer_uid(conn: socket.socket) -> int:
+def accept(listener: socket.socket) -> socket.socket | None:
+    """The next connection, if its peer is this user or root (the kernel's word for it,
+    SO_PEERCRED); None if it is someone else's. accept's own errors are the caller's."""
+    conn, _ = listener.accept()
     creds = conn.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, struct.calcsize("3i"))
-    return int(struct.unpack("3i", creds)[1])  # struct ucred: pid, uid, gid
+    if struct.unpack("3i", creds)[1] not in (os.getuid(), 0):  # struct ucred: pid, uid, gid
+        conn.close()
+        return None
+    return conn
 
 
 def encode(message: dict[str, Any]) -> bytes:
@@ -104,6 +110,20 @@ def _connect(client: _socket.socket, path: str, timeout: float | None) -> None:
         raise
 
 
+def first_reply(client: _socket.socket, message: dict[str, Any]) -> dict[str, Any] | None:
+    """Send message; the first message that comes back, None if the peer closed the
+    connection first. Socket errors, timeouts and bad JSON are the caller's to word."""
+    client.sendall(encode(message))
+    reader = LineReader()
+    while True:
+        data = client.recv(65536)
+        if not data:
+            return None
+        replies = reader.feed(data)
+        if replies:
+            return replies[0]
+
+
 def request(path: str, message: dict[str, Any], timeout: float | None = 30.0) -> dict[str, Any]:
     """Send one request and return the anchor's reply; AnchorError if it gives none.
 
@@ -116,15 +136,10 @@ def request(path: str, message: dict[str, Any], timeout: float | None = 30.0) ->
         raise AnchorError(f"cannot reach the anchor at {path}: {err.strerror or err}") from None
     try:
         try:
-            client.sendall(encode(message))
-            reader = LineReader()
-            while True:
-                data = client.recv(65536)
-                if not data:
-                    raise AnchorError("the anchor closed the connection without a reply")
-                replies = reader.feed(data)
-                if replies:
-                    return replies[0]
+            reply = first_reply(client, message)
+            if reply is None:
+                raise AnchorError("the anchor closed the connection without a reply")
+            return reply
         except TimeoutError:
             raise AnchorError(f"the anchor did not answer within {timeout} s") from None
         except (OSError, ValueError) as err:

@@ -53,16 +53,11 @@ def request(path: str, message: dict[str, Any], name: str, timeout: float) -> di
                               f"{err.strerror or err} (has the step ended?)") from None
     with client:
         try:
-            client.sendall(protocol.encode(message))
-            reader = protocol.LineReader()
-            while True:
-                data = client.recv(65536)
-                if not data:
-                    raise CheckpointError(f"the srun_cr of step {name} closed the connection "
-                                          f"without an answer (has the step ended?)")
-                replies = reader.feed(data)
-                if replies:
-                    return replies[0]
+            reply = protocol.first_reply(client, message)
+            if reply is None:
+                raise CheckpointError(f"the srun_cr of step {name} closed the connection "
+                                      f"without an answer (has the step ended?)")
+            return reply
         except TimeoutError:
             raise CheckpointError(f"the srun_cr of step {name} did not answer within "
                                   f"{timeout:.0f} s") from None

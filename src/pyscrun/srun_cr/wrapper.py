@@ -186,11 +186,10 @@ class Wrapper:
 
     def _accept(self, server: socket.socket) -> None:
         try:
-            sock, _ = server.accept()
+            sock = protocol.accept(server)
         except OSError:
             return
-        if protocol.peer_uid(sock) not in (0, os.getuid()):
-            sock.close()
+        if sock is None:
             return
         sock.settimeout(30.0)
         self.selector.register(sock, selectors.EVENT_READ, _Conn(sock))
