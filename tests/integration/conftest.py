@@ -7,6 +7,7 @@ import pytest
 
 from tests.integration.harness import (
     OCI_CONFS,
+    RUN_OCI_CONF,
     Cluster,
     LeakCheck,
     Runtime,
@@ -20,6 +21,16 @@ from tests.integration.harness import (
 def local_runtime(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Runtime]:
     """scrun on the local backend, in each oci.conf mode, checked for leaks afterwards."""
     runtime = make_runtime(tmp_path, OCI_CONFS[request.param])
+    leaks = LeakCheck(runtime, str(tmp_path))
+    yield runtime
+    leaks.check()
+
+
+@pytest.fixture
+def run_mode_runtime(tmp_path: Path) -> Iterator[Runtime]:
+    """scrun on the local backend with Slurm's example oci.conf (runc in run mode);
+    checked for leaks afterwards."""
+    runtime = make_runtime(tmp_path, RUN_OCI_CONF)
     leaks = LeakCheck(runtime, str(tmp_path))
     yield runtime
     leaks.check()

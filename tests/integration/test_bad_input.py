@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.integration.harness import RUN_OCI_CONF, LeakCheck, Runtime, make_bundle, make_runtime
+from tests.integration.harness import Runtime, make_bundle
 
 
 def _assert_clean_failure(done: subprocess.CompletedProcess[str], expect: str) -> None:
@@ -19,17 +18,8 @@ def _assert_clean_failure(done: subprocess.CompletedProcess[str], expect: str) -
     assert expect in lines[0]
 
 
-@pytest.fixture
-def runtime(tmp_path: Path) -> Iterator[Runtime]:
-    """Each test here ends with nothing left: checked after it."""
-    runtime = make_runtime(tmp_path, RUN_OCI_CONF)
-    leaks = LeakCheck(runtime, str(tmp_path))
-    yield runtime
-    leaks.check()
-
-
-def test_missing_bundle(runtime: Runtime, tmp_path: Path) -> None:
-    done = runtime.scrun("create", "-b", str(tmp_path / "nowhere"), "x")
+def test_missing_bundle(run_mode_runtime: Runtime, tmp_path: Path) -> None:
+    done = run_mode_runtime.scrun("create", "-b", str(tmp_path / "nowhere"), "x")
     _assert_clean_failure(done, "is not a directory")
 
 
@@ -42,40 +32,40 @@ def test_missing_bundle(runtime: Runtime, tmp_path: Path) -> None:
     ('{"process": {"args": ["sh"], "env": [1]}}', "process.env must be str"),
     ("[" * 100000 + "]" * 100000, "not valid JSON"),
 ])
-def test_malformed_config(runtime: Runtime, tmp_path: Path, content: str, expect: str) -> None:
+def test_malformed_config(run_mode_runtime: Runtime, tmp_path: Path, content: str, expect: str) -> None:
     bundle = make_bundle(tmp_path, ["true"])
     (bundle / "config.json").write_text(content)
-    done = runtime.scrun("create", "-b", str(bundle), "x")
+    done = run_mode_runtime.scrun("create", "-b", str(bundle), "x")
     _assert_clean_failure(done, expect)
 
 
-def test_huge_config(runtime: Runtime, tmp_path: Path) -> None:
+def test_huge_config(run_mode_runtime: Runtime, tmp_path: Path) -> None:
     bundle = make_bundle(tmp_path, ["true"])
     config = json.loads((bundle / "config.json").read_text())
     config["annotations"] = {"big": "x" * (100 * 2**20)}
     (bundle / "config.json").write_text(json.dumps(config))
-    done = runtime.scrun("create", "-b", str(bundle), "x")
+    done = run_mode_runtime.scrun("create", "-b", str(bundle), "x")
     _assert_clean_failure(done, "larger than")
 
 
 @pytest.mark.parametrize("bad_id", ["a/b", "..", ".", "x" * 1025, "new\nline", "", "a b"])
-def test_bad_ids(runtime: Runtime, tmp_path: Path, bad_id: str) -> None:
+def test_bad_ids(run_mode_runtime: Runtime, tmp_path: Path, bad_id: str) -> None:
     bundle = make_bundle(tmp_path, ["true"])
-    done = runtime.scrun("create", "-b", str(bundle), "--", bad_id)
+    done = run_mode_runtime.scrun("create", "-b", str(bundle), "--", bad_id)
     _assert_clean_failure(done, "container id")
 
 
-def test_long_id_within_limit_works(runtime: Runtime, tmp_path: Path) -> None:
+def test_long_id_within_limit_works(run_mode_runtime: Runtime, tmp_path: Path) -> None:
     bundle = make_bundle(tmp_path, ["sh", "-c", "exit 6"])
     long_id = "L" * 1024
-    done = runtime.scrun("run", "-b", str(bundle), long_id)
+    done = run_mode_runtime.scrun("run", "-b", str(bundle), long_id)
     assert done.returncode == 6, done.stderr
 
 
 @pytest.mark.parametrize("verb", [["start"], ["state"], ["kill"], ["kill", "--all"],
                                   ["delete"], ["delete", "--force"]])
-def test_unknown_id_for_every_verb(runtime: Runtime, tmp_path: Path, verb: list[str]) -> None:
-    done = runtime.scrun(*verb, "ghost")
+def test_unknown_id_for_every_verb(run_mode_runtime: Runtime, tmp_path: Path, verb: list[str]) -> None:
+    done = run_mode_runtime.scrun(*verb, "ghost")
     _assert_clean_failure(done, "does not exist")
 
 
@@ -92,26 +82,26 @@ def test_unknown_id_for_every_verb(runtime: Runtime, tmp_path: Path, verb: list[
      'RunTimeKill=k\nRunTimeDelete=d\n', "IgnoreFileConfigJson"),
     ("DebugFlags\n", "expected Key=Value"),
 ])
-def test_bad_oci_conf(runtime: Runtime, tmp_path: Path, conf: str, expect: str) -> None:
-    (runtime.conf_dir / "oci.conf").write_text(conf)
+def test_bad_oci_conf(run_mode_runtime: Runtime, tmp_path: Path, conf: str, expect: str) -> None:
+    (run_mode_runtime.conf_dir / "oci.conf").write_text(conf)
     bundle = make_bundle(tmp_path, ["true"])
-    done = runtime.scrun("create", "-b", str(bundle), "x")
+    done = run_mode_runtime.scrun("create", "-b", str(bundle), "x")
     _assert_clean_failure(done, expect)
     assert "oci.conf" in done.stderr
 
 
-def test_unknown_verb_and_flag(runtime: Runtime, tmp_path: Path) -> None:
-    _assert_clean_failure(runtime.scrun("frobnicate"), "no such command")
-    _assert_clean_failure(runtime.scrun("state", "--bogus", "x"), "not defined")
+def test_unknown_verb_and_flag(run_mode_runtime: Runtime, tmp_path: Path) -> None:
+    _assert_clean_failure(run_mode_runtime.scrun("frobnicate"), "no such command")
+    _assert_clean_failure(run_mode_runtime.scrun("state", "--bogus", "x"), "not defined")
 
 
 @pytest.mark.parametrize("verb", ["exec", "pause", "resume", "ps", "update", "events"])
-def test_verbs_not_built_yet_say_so(runtime: Runtime, tmp_path: Path, verb: str) -> None:
-    done = runtime.scrun(verb, "--help")
+def test_verbs_not_built_yet_say_so(run_mode_runtime: Runtime, tmp_path: Path, verb: str) -> None:
+    done = run_mode_runtime.scrun(verb, "--help")
     _assert_clean_failure(done, "not supported yet")
 
 
-def test_terminal_without_console_socket(runtime: Runtime, tmp_path: Path) -> None:
+def test_terminal_without_console_socket(run_mode_runtime: Runtime, tmp_path: Path) -> None:
     bundle = make_bundle(tmp_path, ["sh"], terminal=True)
-    done = runtime.scrun("create", "-b", str(bundle), "x")
+    done = run_mode_runtime.scrun("create", "-b", str(bundle), "x")
     _assert_clean_failure(done, "console-socket")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,19 +14,9 @@ from tests.integration.harness import (
     RUN_OCI_CONF,
     SCRUN,
     TASKS_DIR,
-    LeakCheck,
     Runtime,
     make_bundle,
-    make_runtime,
 )
-
-
-@pytest.fixture
-def runtime(tmp_path: Path) -> Iterator[Runtime]:
-    made = make_runtime(tmp_path, RUN_OCI_CONF)
-    leaks = LeakCheck(made, str(tmp_path))
-    yield made
-    leaks.check()
 
 
 def _with(runtime: Runtime, extra: str, run: str | None = None) -> None:
@@ -37,13 +26,13 @@ def _with(runtime: Runtime, extra: str, run: str | None = None) -> None:
     (runtime.conf_dir / "oci.conf").write_text(conf)
 
 
-def test_env_exclude_and_mount_spool_dir(runtime: Runtime, tmp_path: Path) -> None:
-    _with(runtime, 'EnvExclude="^SECRET="\nMountSpoolDir=/spool\n')
+def test_env_exclude_and_mount_spool_dir(run_mode_runtime: Runtime, tmp_path: Path) -> None:
+    _with(run_mode_runtime, 'EnvExclude="^SECRET="\nMountSpoolDir=/spool\n')
     bundle = make_bundle(tmp_path, ["sh", "-c", "env; ls -d /spool && echo MOUNTED"])
     config = json.loads((bundle / "config.json").read_text())
     config["process"]["env"] += ["SECRET=hidden", "VISIBLE=yes"]
     (bundle / "config.json").write_text(json.dumps(config))
-    done = runtime.scrun("run", "-b", str(bundle), "e1")
+    done = run_mode_runtime.scrun("run", "-b", str(bundle), "e1")
     assert done.returncode == 0, done.stderr
     assert "VISIBLE=yes" in done.stdout
     assert "SECRET" not in done.stdout
@@ -51,39 +40,39 @@ def test_env_exclude_and_mount_spool_dir(runtime: Runtime, tmp_path: Path) -> No
 
 
 @pytest.mark.parametrize(("mode", "separator"), [("newline", "\n"), ("null", "\0")])
-def test_create_env_file(runtime: Runtime, tmp_path: Path, mode: str, separator: str) -> None:
+def test_create_env_file(run_mode_runtime: Runtime, tmp_path: Path, mode: str, separator: str) -> None:
     copy = tmp_path / "env-copy"
-    _with(runtime, f"CreateEnvFile={mode}\n",
+    _with(run_mode_runtime, f"CreateEnvFile={mode}\n",
           run=f"cp %e {copy}; runc run %n.%u.%j.%s.%t -b %b")
     bundle = make_bundle(tmp_path, ["true"])
-    assert runtime.scrun("run", "-b", str(bundle), "f1").returncode == 0
+    assert run_mode_runtime.scrun("run", "-b", str(bundle), "f1").returncode == 0
     entries = copy.read_text().split(separator)
     assert entries[-1] == ""  # every entry ends with the separator
     assert "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" in entries
 
 
-def test_disable_hooks_removes_them_from_config(runtime: Runtime, tmp_path: Path) -> None:
+def test_disable_hooks_removes_them_from_config(run_mode_runtime: Runtime, tmp_path: Path) -> None:
     marker = tmp_path / "hook-ran"
-    _with(runtime, "DisableHooks=prestart\n")
+    _with(run_mode_runtime, "DisableHooks=prestart\n")
     bundle = make_bundle(tmp_path, ["true"])
     config = json.loads((bundle / "config.json").read_text())
     hook = {"path": "/bin/sh", "args": ["sh", "-c", f"touch {marker}"]}
     config["hooks"] = {"prestart": [hook], "poststop": [hook]}
     (bundle / "config.json").write_text(json.dumps(config))
-    assert runtime.scrun("run", "-b", str(bundle), "h1").returncode == 0
+    assert run_mode_runtime.scrun("run", "-b", str(bundle), "h1").returncode == 0
     # poststop stays and runs; prestart was removed and so never ran before it.
     assert marker.exists()
     marker.unlink()
-    _with(runtime, "DisableHooks=prestart,poststop\n")
-    assert runtime.scrun("run", "-b", str(bundle), "h2").returncode == 0
+    _with(run_mode_runtime, "DisableHooks=prestart,poststop\n")
+    assert run_mode_runtime.scrun("run", "-b", str(bundle), "h2").returncode == 0
     assert not marker.exists()
 
 
-def test_disable_cleanup_keeps_the_task_dir(runtime: Runtime, tmp_path: Path) -> None:
+def test_disable_cleanup_keeps_the_task_dir(run_mode_runtime: Runtime, tmp_path: Path) -> None:
     task_root = tmp_path / "tasks"
-    _with(runtime, f"DisableCleanup=true\nContainerPath={task_root}\n")
+    _with(run_mode_runtime, f"DisableCleanup=true\nContainerPath={task_root}\n")
     bundle = make_bundle(tmp_path, ["true"])
-    assert runtime.scrun("run", "-b", str(bundle), "k1").returncode == 0
+    assert run_mode_runtime.scrun("run", "-b", str(bundle), "k1").returncode == 0
     kept = list(task_root.glob("oci-job*/task-0/config.json"))
     assert len(kept) == 1
     rewritten = json.loads(kept[0].read_text())
@@ -91,15 +80,15 @@ def test_disable_cleanup_keeps_the_task_dir(runtime: Runtime, tmp_path: Path) ->
     assert not list(TASKS_DIR.glob(f"oci-job*{kept[0].parent.parent.name}*"))
 
 
-def test_ignore_file_config_json_runs_from_the_bundle(runtime: Runtime, tmp_path: Path) -> None:
+def test_ignore_file_config_json_runs_from_the_bundle(run_mode_runtime: Runtime, tmp_path: Path) -> None:
     seen = tmp_path / "seen"
     # Like Slurm's Singularity example: the runtime gets the rootfs and the arguments.
-    (runtime.conf_dir / "oci.conf").write_text(
+    (run_mode_runtime.conf_dir / "oci.conf").write_text(
         "IgnoreFileConfigJson=true\n"
         f'RunTimeRun="echo %r > {seen}; echo %@ >> {seen}"\n'
         'RunTimeKill="kill -s KILL %p"\nRunTimeDelete="true"\n')
     bundle = make_bundle(tmp_path, ["echo", "a b"])
-    assert runtime.scrun("run", "-b", str(bundle), "i1").returncode == 0
+    assert run_mode_runtime.scrun("run", "-b", str(bundle), "i1").returncode == 0
     assert seen.read_text().splitlines() == [str(bundle), "echo a b"]
 
 
