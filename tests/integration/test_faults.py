@@ -12,6 +12,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -72,6 +73,35 @@ def gate(tmp_path: Path) -> Path:
     path = tmp_path / "gate"
     path.mkdir()
     return path
+
+
+@contextmanager
+def _gated_container(cluster: Cluster, tmp_path: Path, gate: Path, leak_timeout: float,
+                     reboot: bool = False) -> Iterator[tuple[Path, str, subprocess.Popen[bytes]]]:
+    """podman running GATED through a 1-node cluster: yields the cluster's slurm.conf, the
+    job and podman once the container is up. Afterwards the gate is opened, podman
+    stopped, the node rebooted if asked, and nothing may be left."""
+    conf = cluster.up(1)
+    runtime = make_slurm_runtime(tmp_path, conf)
+    leaks = ScopedLeakCheck(runtime, str(tmp_path), conf)
+    run = podman_background(runtime, "run", "--rm", "-v", f"{gate}:/gate", IMAGE, "sh", "-c", GATED)
+    try:
+        job = str(wait_running(runtime)[0]["job_id"])
+        wait_container_up(job)
+        yield conf, job, run
+    finally:
+        (gate / "open").touch()
+        _stop(run)
+        if reboot:
+            reboot_node(conf, "n1")
+    leaks.check(timeout=leak_timeout)
+
+
+def _assert_gated_end(run: subprocess.Popen[bytes], timeout: float) -> None:
+    """The gated container ran to its end and podman passed on its output and exit code."""
+    code, out, err = _finish(run, timeout)
+    assert code == 7, err
+    assert out == b"started\ndone\n"
 
 
 # -- the node agent -------------------------------------------------------------------
@@ -137,24 +167,12 @@ def test_kill_9_of_the_local_node_agent_reports_stopped(tmp_path: Path, when: st
 
 def test_slurmctld_restarted_while_a_container_runs(cluster: Cluster, tmp_path: Path,
                                                     gate: Path) -> None:
-    conf = cluster.up(1)
-    runtime = make_slurm_runtime(tmp_path, conf)
-    leaks = ScopedLeakCheck(runtime, str(tmp_path), conf)
-    run = podman_background(runtime, "run", "--rm", "-v", f"{gate}:/gate", IMAGE, "sh", "-c", GATED)
-    try:
-        job = str(wait_running(runtime)[0]["job_id"])
-        wait_container_up(job)
+    with _gated_container(cluster, tmp_path, gate, leak_timeout=30) as (conf, job, run):
         stop_slurmctld(conf)
         start_slurmctld(conf)
         assert job_state(conf, job) == "RUNNING"
         (gate / "open").touch()
-        code, out, err = _finish(run, 60)
-        assert code == 7, err
-        assert out == b"started\ndone\n"
-    finally:
-        (gate / "open").touch()
-        _stop(run)
-    leaks.check(timeout=30)
+        _assert_gated_end(run, 60)
 
 
 def test_slurmctld_away_when_the_container_ends(cluster: Cluster, tmp_path: Path,
@@ -163,30 +181,18 @@ def test_slurmctld_away_when_the_container_ends(cluster: Cluster, tmp_path: Path
     (salloc cannot give it back and says so; the anchor then cancels it, retrying).
     Slurm's own slurmstepd keeps the job completing for a minute more (it retries the
     step's completion): the node is restarted at the end rather than waited for."""
-    conf = cluster.up(1)
-    runtime = make_slurm_runtime(tmp_path, conf)
-    leaks = ScopedLeakCheck(runtime, str(tmp_path), conf)
-    run = podman_background(runtime, "run", "--rm", "-v", f"{gate}:/gate", IMAGE, "sh", "-c", GATED)
-    try:
-        job = str(wait_running(runtime)[0]["job_id"])
-        wait_container_up(job)
+    # slurmstepd retries the step's completion for a minute, holding the job in
+    # COMPLETING: the node is rebooted instead of waiting for that.
+    with _gated_container(cluster, tmp_path, gate, leak_timeout=30, reboot=True) as (
+            conf, job, run):
         stop_slurmctld(conf)
         try:
             (gate / "open").touch()
             time.sleep(6)  # the container ends and its job cannot be given back
         finally:
             start_slurmctld(conf)
-        code, out, err = _finish(run, 150)
-        assert code == 7, err
-        assert out == b"started\ndone\n"
+        _assert_gated_end(run, 150)
         assert job_state(conf, job) != "RUNNING"
-    finally:
-        (gate / "open").touch()
-        _stop(run)
-        # slurmstepd retries the step's completion for a minute, holding the job in
-        # COMPLETING: the node is rebooted instead of waiting for that.
-        reboot_node(conf, "n1")
-    leaks.check(timeout=30)
 
 
 # -- a node dies ----------------------------------------------------------------------
@@ -224,24 +230,12 @@ def test_slurmd_killed_while_the_container_runs(cluster: Cluster, tmp_path: Path
     """slurmd alone is not the step: the container runs on under slurmstepd and its exit
     code still reaches podman; the job is given back (slurmctld completes it once the
     node's slurmd is back)."""
-    conf = cluster.up(1)
-    runtime = make_slurm_runtime(tmp_path, conf)
-    leaks = ScopedLeakCheck(runtime, str(tmp_path), conf)
-    run = podman_background(runtime, "run", "--rm", "-v", f"{gate}:/gate", IMAGE, "sh", "-c", GATED)
-    try:
-        job = str(wait_running(runtime)[0]["job_id"])
-        wait_container_up(job)
+    with _gated_container(cluster, tmp_path, gate, leak_timeout=60, reboot=True) as (
+            conf, job, run):
         os.kill(daemon_pid(conf, "slurmd.n1.pid", "slurmd"), signal.SIGKILL)
         (gate / "open").touch()
-        code, out, err = _finish(run, 60)
-        assert code == 7, err
-        assert out == b"started\ndone\n"
+        _assert_gated_end(run, 60)
         assert job_state(conf, job) != "RUNNING"
-    finally:
-        (gate / "open").touch()
-        _stop(run)
-        reboot_node(conf, "n1")
-    leaks.check(timeout=60)
 
 
 # -- the job and the anchor -----------------------------------------------------------
