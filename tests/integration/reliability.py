@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 
 from tests.integration.harness import (
-    OCI_CONFS,
+    RUN_OCI_CONF,
     TASKS_DIR,
     LeakCheck,
     Runtime,
+    make_runtime,
     podman_env,
     require,
     runc_containers,
@@ -115,12 +116,14 @@ def _cmdline(pid: str) -> str:
         return "?"
 
 
-def private_oci_conf(mode: str, base: Path) -> tuple[str, tuple[Path, Path]]:
-    """The harness's oci.conf for mode with runc's state and the task dirs under base
-    (checked by the leak check as the test's own); the paths, for ScopedLeakCheck."""
+def private_runtime(base: Path) -> tuple[Runtime, ScopedLeakCheck]:
+    """A local runtime in run mode with runc's state and the task dirs under base, and
+    its leak check, which takes all of those as the test's own (runc's root is
+    `leaks.private[0]`)."""
     runc_root, tasks = base / "runc", base / "tasks"
-    text = OCI_CONFS[mode].replace("runc ", f"runc --root {runc_root} ")
-    return f"ContainerPath={tasks}\n{text}", (runc_root, tasks)
+    text = RUN_OCI_CONF.replace("runc ", f"runc --root {runc_root} ")
+    runtime = make_runtime(base, f"ContainerPath={tasks}\n{text}")
+    return runtime, ScopedLeakCheck(runtime, str(base), private=(runc_root, tasks))
 
 
 def with_root(runtime: Runtime, root: Path) -> Runtime:

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.harness import Runtime, make_bundle, make_runtime, require, wait_for
-from tests.integration.reliability import ScopedLeakCheck, private_oci_conf
+from tests.integration.harness import Runtime, make_bundle, require, wait_for
+from tests.integration.reliability import private_runtime
 
 VERBS = ("start", "kill", "delete", "checkpoint", "state")
 
@@ -94,9 +94,7 @@ def shared_base() -> Iterator[Path]:
 
 @pytest.fixture
 def owned(shared_base: Path) -> Iterator[Runtime]:
-    oci_conf, private = private_oci_conf("run", shared_base)
-    runtime = make_runtime(shared_base, oci_conf)
-    leaks = ScopedLeakCheck(runtime, str(shared_base), private=private)
+    runtime, leaks = private_runtime(shared_base)
     yield runtime
     leaks.check()
 

@@ -38,7 +38,7 @@ from tests.integration.reliability import (
     kill_node,
     local_agent_pids,
     podman_background,
-    private_oci_conf,
+    private_runtime,
     reboot_node,
     start_slurmctld,
     stop_slurmctld,
@@ -131,9 +131,7 @@ def test_kill_9_of_the_local_node_agent_reports_stopped(tmp_path: Path, when: st
     """Through scrun itself, the agent killed at any moment: `state` says stopped with a
     non-zero exit status, and nothing is left (its guard deletes a container that
     was still being created, too)."""
-    oci_conf, private = private_oci_conf("run", tmp_path)
-    runtime = make_runtime(tmp_path, oci_conf)
-    leaks = ScopedLeakCheck(runtime, str(tmp_path), private=private)
+    runtime, leaks = private_runtime(tmp_path)
     bundle = make_bundle(tmp_path, ["sleep", "1000"])
     assert runtime.scrun("create", "-b", str(bundle), "victim").returncode == 0
     anchor = int(json.loads(runtime.scrun("state", "victim").stdout)["pid"])
@@ -142,7 +140,7 @@ def test_kill_9_of_the_local_node_agent_reports_stopped(tmp_path: Path, when: st
     if when == "while it starts":
         time.sleep(0.05)
     elif when == "once the container runs":
-        runc = ["runc", "--root", str(private[0])]
+        runc = ["runc", "--root", str(leaks.private[0])]
 
         def running() -> bool:
             names = subprocess.run([*runc, "list", "-q"], capture_output=True, text=True,

@@ -23,11 +23,10 @@ from tests.integration.harness import (
     Cluster,
     Runtime,
     make_bundle,
-    make_runtime,
     make_slurm_runtime,
     podman,
 )
-from tests.integration.reliability import ScopedLeakCheck, private_oci_conf
+from tests.integration.reliability import ScopedLeakCheck, private_runtime
 
 
 def _one_line_error(done: subprocess.CompletedProcess[str], expect: str) -> None:
@@ -182,9 +181,7 @@ def test_scrun_variables_with_shell_metacharacters(cluster: Cluster, tmp_path: P
 
 @pytest.fixture
 def local(tmp_path: Path) -> Iterator[Runtime]:
-    oci_conf, private = private_oci_conf("run", tmp_path)
-    runtime = make_runtime(tmp_path, oci_conf)
-    leaks = ScopedLeakCheck(runtime, str(tmp_path), private=private)
+    runtime, leaks = private_runtime(tmp_path)
     yield runtime
     leaks.check()
 
