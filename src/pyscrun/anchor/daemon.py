@@ -189,11 +189,7 @@ class Anchor:
                 self.kill_deadline = deadline
 
     def _read(self, client: Connection) -> None:
-        try:
-            data = client.conn.recv(65536)
-            messages = client.reader.feed(data) if data else None
-        except (OSError, ValueError):
-            messages = None
+        messages = client.reader.receive(client.conn)
         if messages is None:
             self._drop(client)
             return

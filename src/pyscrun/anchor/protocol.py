@@ -91,6 +91,15 @@ class LineReader:
             messages.append(message)
         return messages
 
+    def receive(self, conn: _socket.socket) -> list[dict[str, Any]] | None:
+        """The messages that arrived on conn (it was readable); None once its peer is
+        gone, the connection failed or the peer spoke something else than messages."""
+        try:
+            data = conn.recv(65536)
+            return self.feed(data) if data else None
+        except (OSError, ValueError):
+            return None
+
 
 def connect(path: str, timeout: float | None = 30.0) -> socket.socket:
     import socket

@@ -202,11 +202,7 @@ class Launcher:
                     reported = self.task.reported_status()
                     return status if reported is None else reported
                 conn = self.conn
-                try:
-                    data = conn.recv(65536) if conn is not None else b""
-                    messages = self.reader.feed(data) if data else None
-                except (OSError, ValueError):
-                    messages = None
+                messages = self.reader.receive(conn) if conn is not None else None
                 if messages is None:
                     if conn is not None:
                         selector.unregister(conn)

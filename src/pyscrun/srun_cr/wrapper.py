@@ -195,11 +195,7 @@ class Wrapper:
         self.selector.register(sock, selectors.EVENT_READ, _Conn(sock))
 
     def _readable(self, conn: _Conn) -> None:
-        try:
-            data = conn.sock.recv(65536)
-            messages = conn.reader.feed(data) if data else None
-        except (OSError, ValueError):
-            messages = None
+        messages = conn.reader.receive(conn.sock)
         if messages is None:
             self.selector.unregister(conn.sock)
             conn.sock.close()
