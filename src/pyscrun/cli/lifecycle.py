@@ -7,6 +7,7 @@ import select
 import time
 
 from pyscrun import log
+from pyscrun.anchor import protocol
 from pyscrun.anchor.store import Store
 from pyscrun.cli.main import Context
 from pyscrun.errors import AnchorError, InvalidState, UsageError
@@ -62,8 +63,6 @@ def create(ctx: Context) -> int:
 
 
 def _ask(store: Store, state: ContainerState, message: dict[str, object]) -> None:
-    from pyscrun.anchor import protocol  # socket costs milliseconds: only when talking
-
     reply = protocol.request(store.socket_path(state.id), message)
     if not reply.get("ok"):
         raise InvalidState(str(reply.get("error", "the anchor refused")))
