@@ -152,6 +152,14 @@ def runc_containers() -> set[str]:
     return set(done.stdout.split())
 
 
+def _runc_states(names: list[str]) -> str:
+    """What runc says of containers left behind: how they were left tells who failed."""
+    said = [subprocess.run(["runc", "state", name], capture_output=True, text=True,
+                           check=False) for name in names]
+    return "".join(f"\nrunc state {name}: {done.stdout or done.stderr}"
+                   for name, done in zip(names, said, strict=True))
+
+
 def slurm_jobs(slurm_conf: Path) -> set[str]:
     done = subprocess.run(["squeue", "-h", "-o", "%i %j %T"], capture_output=True, text=True,
                           env={**os.environ, "SLURM_CONF": str(slurm_conf)}, check=False)
@@ -191,8 +199,9 @@ class LeakCheck:
             if not left:
                 return
             if time.monotonic() > deadline:
+                states = _runc_states(left.get("runc containers", []))
                 self._clean(left)
-                pytest.fail(f"left behind: {left}")
+                pytest.fail(f"left behind: {left}{states}")
             time.sleep(0.2)
 
     def _clean(self, left: dict[str, list[str]]) -> None:

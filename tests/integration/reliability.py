@@ -169,7 +169,7 @@ def _parent(pid: int) -> int:
 
 def agent_pids(runtime: Runtime) -> list[int]:
     """Node agents (srun tasks `python -m pyscrun.node`) of containers under runtime's
-    root; their guards, forks of the agents, are left out."""
+    root; their guards, which run detached from the step, are left out."""
     needle = b"PYSCRUN_AGENT_SOCKET=" + str(runtime.root).encode() + b"/"
     found = []
     for entry in Path("/proc").iterdir():
@@ -181,7 +181,34 @@ def agent_pids(runtime: Runtime) -> list[int]:
             continue
         if argv[1:3] == [b"-m", b"pyscrun.node"] and _environ_mentions(entry.name, (needle,)):
             found.append(int(entry.name))
-    return [pid for pid in found if _parent(pid) not in found]
+    return [pid for pid in found if _comm(_parent(pid)) == "slurmstepd"]
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def kill_tree_at_once(root: int) -> None:
+    """SIGKILL root and every descendant, each stopped first so that none can act on
+    another's death: what the end of a step does once KillWait has run out."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            children.setdefault(_parent(int(entry.name)), []).append(int(entry.name))
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo += children.get(pid, [])
+    for signum in (signal.SIGSTOP, signal.SIGKILL):
+        for pid in tree:
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
 
 
 def local_agent_pids(anchor: int) -> list[int]:

@@ -11,7 +11,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -21,6 +21,7 @@ from tests.integration.harness import (
     IMAGE,
     OCI_CONFS,
     Cluster,
+    Runtime,
     make_bundle,
     make_runtime,
     make_slurm_runtime,
@@ -36,6 +37,7 @@ from tests.integration.reliability import (
     daemon_pid,
     job_state,
     kill_node,
+    kill_tree_at_once,
     local_agent_pids,
     podman_background,
     private_runtime,
@@ -75,26 +77,48 @@ def gate(tmp_path: Path) -> Path:
     return path
 
 
+class InJob:
+    """A container podman runs through a 1-node cluster, once it is up."""
+
+    def __init__(self, runtime: Runtime, conf: Path, state: dict[str, object],
+                 run: subprocess.Popen[bytes]) -> None:
+        self.runtime, self.conf, self.state, self.run = runtime, conf, state, run
+        self.job = str(state["job_id"])
+
+
 @contextmanager
-def _gated_container(cluster: Cluster, tmp_path: Path, gate: Path, leak_timeout: float,
-                     reboot: bool = False) -> Iterator[tuple[Path, str, subprocess.Popen[bytes]]]:
-    """podman running GATED through a 1-node cluster: yields the cluster's slurm.conf, the
-    job and podman once the container is up. Afterwards the gate is opened, podman
-    stopped, the node rebooted if asked, and nothing may be left."""
+def _container_in_job(cluster: Cluster, tmp_path: Path, *args: str, leak_timeout: float = 15.0,
+                      before_stop: Callable[[], None] | None = None,
+                      after_stop: Callable[[Path], None] | None = None) -> Iterator[InJob]:
+    """`podman run --rm args` through a 1-node cluster, yielded once runc runs the
+    container. Afterwards podman is stopped and nothing may be left."""
     conf = cluster.up(1)
     runtime = make_slurm_runtime(tmp_path, conf)
     leaks = ScopedLeakCheck(runtime, str(tmp_path), conf)
-    run = podman_background(runtime, "run", "--rm", "-v", f"{gate}:/gate", IMAGE, "sh", "-c", GATED)
+    run = podman_background(runtime, "run", "--rm", *args)
     try:
-        job = str(wait_running(runtime)[0]["job_id"])
-        wait_container_up(job)
-        yield conf, job, run
+        state = wait_running(runtime)[0]
+        wait_container_up(str(state["job_id"]))
+        yield InJob(runtime, conf, state, run)
     finally:
-        (gate / "open").touch()
+        if before_stop is not None:
+            before_stop()
         _stop(run)
-        if reboot:
-            reboot_node(conf, "n1")
+        if after_stop is not None:
+            after_stop(conf)
     leaks.check(timeout=leak_timeout)
+
+
+@contextmanager
+def _gated_container(cluster: Cluster, tmp_path: Path, gate: Path, leak_timeout: float,
+                     reboot: bool = False) -> Iterator[tuple[Path, str, subprocess.Popen[bytes]]]:
+    """podman running GATED: yields the cluster's slurm.conf, the job and podman once the
+    container is up. Afterwards the gate is opened and the node rebooted if asked."""
+    with _container_in_job(
+            cluster, tmp_path, "-v", f"{gate}:/gate", IMAGE, "sh", "-c", GATED,
+            leak_timeout=leak_timeout, before_stop=(gate / "open").touch,
+            after_stop=(lambda conf: reboot_node(conf, "n1")) if reboot else None) as it:
+        yield it.conf, it.job, it.run
 
 
 def _assert_gated_end(run: subprocess.Popen[bytes], timeout: float) -> None:
@@ -239,19 +263,33 @@ def test_slurmd_killed_while_the_container_runs(cluster: Cluster, tmp_path: Path
 # -- the job and the anchor -----------------------------------------------------------
 
 def test_scancel_from_outside_stops_the_container(cluster: Cluster, tmp_path: Path) -> None:
-    conf = cluster.up(1)
-    runtime = make_slurm_runtime(tmp_path, conf)
-    leaks = ScopedLeakCheck(runtime, str(tmp_path), conf)
-    run = podman_background(runtime, "run", "--rm", IMAGE, "sleep", "1000")
-    try:
-        job = str(wait_running(runtime)[0]["job_id"])
-        wait_container_up(job)
-        assert slurm(conf, "scancel", job).returncode == 0
-        code, _, err = _finish(run, 30)
-        assert code != 0, err
-    finally:
-        _stop(run)
-    leaks.check()
+    """sleep, as a container's init, ignores the step's SIGTERM: KillWait later Slurm
+    kills it, and podman says so."""
+    with _container_in_job(cluster, tmp_path, IMAGE, "sleep", "1000") as it:
+        assert slurm(it.conf, "scancel", it.job).returncode == 0
+        code, _, err = _finish(it.run, 30)
+        assert code == 128 + signal.SIGKILL, err
+
+
+def test_scancel_lets_the_container_finish_its_sigterm_handler(cluster: Cluster,
+                                                               tmp_path: Path) -> None:
+    """Slurm ends a step with SIGTERM and, KillWait later, SIGKILL: a container that
+    cleans up on SIGTERM within KillWait ends with its own exit status."""
+    with _container_in_job(cluster, tmp_path, IMAGE, "sh", "-c",
+                           "trap 'sleep 0.5; exit 3' TERM; while :; do sleep 0.1; done") as it:
+        assert slurm(it.conf, "scancel", it.job).returncode == 0
+        code, _, err = _finish(it.run, 30)
+        assert code == 3, err
+
+
+def test_step_killed_outright_leaves_no_container(cluster: Cluster, tmp_path: Path) -> None:
+    """SIGKILL to every process of the step at once, as when KillWait runs out: the
+    node agent and the runtime die together, and the container must still go."""
+    with _container_in_job(cluster, tmp_path, IMAGE, "sleep", "1000") as it:
+        [agent] = agent_pids(it.runtime)
+        kill_tree_at_once(agent)
+        code, _, err = _finish(it.run, 30)
+        assert code == 128 + signal.SIGKILL, err
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP],
@@ -259,21 +297,12 @@ def test_scancel_from_outside_stops_the_container(cluster: Cluster, tmp_path: Pa
 def test_signal_to_the_anchor_ends_the_container_and_its_job(
         cluster: Cluster, tmp_path: Path, signum: int) -> None:
     """As the man page promises for SIGINT (Slurm's own scrun leaves the job)."""
-    conf = cluster.up(1)
-    runtime = make_slurm_runtime(tmp_path, conf)
-    leaks = ScopedLeakCheck(runtime, str(tmp_path), conf)
-    run = podman_background(runtime, "run", "--rm", IMAGE, "sleep", "1000")
-    try:
-        state = wait_running(runtime)[0]
-        wait_container_up(str(state["job_id"]))
-        os.kill(int(state["pid"]), signum)  # type: ignore[call-overload]
-        code, _, err = _finish(run, 30)
+    with _container_in_job(cluster, tmp_path, IMAGE, "sleep", "1000") as it:
+        os.kill(int(it.state["pid"]), signum)  # type: ignore[call-overload]
+        code, _, err = _finish(it.run, 30)
         assert code == 128 + signal.SIGKILL, err
-        wait_for(lambda: job_state(conf, str(state["job_id"])) in ("", "COMPLETED", "CANCELLED"),
+        wait_for(lambda: job_state(it.conf, it.job) in ("", "COMPLETED", "CANCELLED"),
                  10, "the job to end")
-    finally:
-        _stop(run)
-    leaks.check()
 
 
 # -- a full disk ----------------------------------------------------------------------

@@ -71,6 +71,11 @@ class Agents:
             if self.round is not None:
                 self.round.lost(agent)
 
+    def unreported(self) -> int:
+        """Agents that have not said how their container ended: lost, or still
+        connected once their step is over (about to be killed with it)."""
+        return self.lost + sum(not agent.reported_exit for agent in self.connected)
+
     def kill(self, signum: int) -> None:
         """Order every agent to signal its container; agents yet to come get it too."""
         self.pending_kills.append(signum)

@@ -158,9 +158,11 @@ class Anchor:
             for other, _ in self.selector.select(0):
                 if isinstance(other.data, Connection) and other.data.task is not None:
                     self._read(other.data)
-            # Agents report their container's status and exit 0; a task that could
-            # not report (killed) leaves its status in the launcher's own.
-            self.exit_status = max([_wait(self.step.pid), *self.agents.exit_statuses])
+            # Agents report their container's status and exit 0. A task that did
+            # not report was killed: srun says so in its own status, unless it gave up
+            # waiting for the step to end (its status is then 0).
+            lost = [128 + signal.SIGKILL] if self.agents.unreported() else []
+            self.exit_status = max([_wait(self.step.pid), *self.agents.exit_statuses, *lost])
             self._report_ready(f"restore failed: {self.agents.last_error or 'the step ended'}")
         elif isinstance(data, Connection):
             self._read(data)

@@ -25,7 +25,7 @@ from pyscrun.node import criu
 from pyscrun.node.guard import Guard
 from pyscrun.node.runtime import RuntimeCommands, stop_and_delete
 from pyscrun.node.task import Task, TaskIdentity
-from pyscrun.oci.state import shell_status
+from pyscrun.oci.state import process_start_time, shell_status
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -46,6 +46,9 @@ class Agent:
         self.reader = protocol.LineReader()
         self.commands: RuntimeCommands | None = None
         self.process: subprocess.Popen[bytes] | None = None
+        # The runtime process waited for: the shell that runs RunTimeRun or
+        # RunTimeRestore, or the runtime itself once that shell is gone.
+        self.runtime_pid = 0
         self.container_pid = 0
         self.pending_signals: list[int] = []
         self.ended_by_itself = False
@@ -158,7 +161,7 @@ class Agent:
         if self.conf.RunTimeQuery:
             self.container_pid = self.commands.running_pid()
             return self.container_pid
-        return self.process.pid if self.process is not None else 0
+        return self.runtime_pid
 
     def _on_signal(self, reader: socket.socket) -> None:
         for signum in selfpipe.received(reader):
@@ -203,14 +206,42 @@ class Agent:
             if runtime:
                 self.guard.tell_runtime(pid)
 
+    def _wait_runtime(self) -> int:
+        """Wait for the runtime's process; its exit status.
+
+        The step's SIGTERM reaches every process of the step, the `/bin/sh -c` that runs
+        the runtime included. The runtime then lives on, adopted by this agent (a child
+        subreaper), and still decides how the container ends: it is waited for in turn,
+        and the container is made sure of afterwards (stop_and_delete), as the shell's
+        end was not the runtime's.
+        """
+        status = self.wait_for(self.runtime_pid)
+        if self.ended_by_itself:
+            return status
+        adopted = _children()
+        if not adopted:
+            return status
+        # The oldest is the runtime; any other is a helper command (RunTimeQuery, say)
+        # whose shell the same signal killed. They are waited for too, not heard.
+        self.runtime_pid = adopted[0]
+        if self.guard is not None:
+            self.guard.tell_runtime(self.runtime_pid)
+        status = self.wait_for(self.runtime_pid)
+        while helpers := _children():
+            self.wait_for(helpers[0])
+        self.ended_by_itself = False
+        return status
+
     def run_mode(self, commands: RuntimeCommands) -> int:
         self.process = commands.spawn("RunTimeRun")
+        self.runtime_pid = self.process.pid
         self._set_pid(self.process.pid, runtime=True)
-        return self.wait_for(self.process.pid)
+        return self._wait_runtime()
 
     def restore_mode(self, commands: RuntimeCommands, order: dict[str, object]) -> int:
         """Restore the task's container from its images, in the foreground like run."""
         self.process = commands.spawn("RunTimeRestore", criu.restore_args(order, self.ident.task_id))
+        self.runtime_pid = self.process.pid
         self._set_pid(self.process.pid, runtime=True)
         # create (and so podman) waits until every task runs again, or failed to.
         while self.process.poll() is None:
@@ -218,12 +249,11 @@ class Agent:
                 self._send({"event": "running"})
                 break
             time.sleep(0.02)
-        return self.wait_for(self.process.pid)
+        return self._wait_runtime()
 
     def create_start_mode(self, commands: RuntimeCommands) -> int:
         # The runtime's create forks the container and exits: as subreaper this agent
         # inherits the container process and so learns its exit status.
-        _set_child_subreaper()
         created = commands.spawn("RunTimeCreate")
         if self.guard is not None:
             self.guard.tell_runtime(created.pid)
@@ -251,6 +281,8 @@ class Agent:
         self.connect()
         try:
             self.commands = commands = task.prepare(self.more_patterns, self._start_guard(task))
+            # After the guard started: it must not be adopted back.
+            _set_child_subreaper()
             restore = self.env.get("PYSCRUN_AGENT_RESTORE")
             foreground = bool(restore) or self.conf.run_mode
             status: int | None = None
@@ -296,6 +328,18 @@ def _wait_status(pid: int) -> tuple[int, bool]:
     except ChildProcessError:
         return 0, False
     return shell_status(status), os.WIFEXITED(status)
+
+
+def _children() -> list[int]:
+    """This process's children that are not reaped yet, oldest first."""
+    found = []
+    for thread in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{thread}/children") as listing:
+                found += [int(pid) for pid in listing.read().split()]
+        except OSError:
+            continue
+    return sorted(found, key=process_start_time)
 
 
 def _set_child_subreaper() -> None:

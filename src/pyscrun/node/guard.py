@@ -13,8 +13,11 @@ until the runtime knows the container or its processes are gone (a runtime that 
 still creating the container would otherwise finish after the clean-up), runs
 RunTimeKill/RunTimeDelete if the runtime knows the container, removes the task dir and
 exits. It holds nothing else of the agent's (not the control socket, not the
-container's stdio) and outlives the signals a step receives as a whole (scancel's
-SIGTERM), which the agent handles.
+container's stdio) and outlives the signals a step receives as a whole: scancel's
+SIGTERM, which the agent handles, and the SIGKILL of every process of the step once
+KillWait has run out, which kills the agent and the runtime alike. For that it runs
+detached from the agent's process tree; a site whose proctrack plugin kills by cgroup
+(proctrack/cgroup) kills it too.
 """
 
 from __future__ import annotations
@@ -38,8 +41,7 @@ _OUTLIVED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUI
 
 
 class Guard:
-    def __init__(self, pid: int, fd: int) -> None:
-        self.pid = pid
+    def __init__(self, fd: int) -> None:
         self.fd: int | None = fd
 
     @classmethod
@@ -49,11 +51,17 @@ class Guard:
         if pid == 0:
             try:
                 os.close(write_fd)
-                _watch(read_fd, commands, cleanup)
+                # A grandchild in its own session: once its parent is gone it is no
+                # descendant of the step, so the SIGKILL that ends a step whose KillWait
+                # ran out (proctrack/linuxproc, pgid) does not reach it.
+                os.setsid()
+                if os.fork() == 0:
+                    _watch(read_fd, commands, cleanup)
             finally:
                 os._exit(0)
         os.close(read_fd)
-        return cls(pid, write_fd)
+        os.waitpid(pid, 0)
+        return cls(write_fd)
 
     def tell_pid(self, pid: int) -> None:
         """The pid `%p` stands for."""
