@@ -50,6 +50,9 @@ class Agent:
         # RunTimeRestore, or the runtime itself once that shell is gone.
         self.runtime_pid = 0
         self.container_pid = 0
+        # create/start mode: the init the runtime created and the program it ran then
+        # (the runtime's own), until it has run the container's process.
+        self.created_init: tuple[int, str] | None = None
         self.pending_signals: list[int] = []
         self.ended_by_itself = False
         self.guard: Guard | None = None
@@ -151,12 +154,20 @@ class Agent:
         self.pending_signals.clear()
 
     def _container_init(self) -> int:
-        """The container's init pid as the runtime reports it (0 while not yet known).
+        """The container's init pid once it runs the container's process (0 until then).
 
-        Without RunTimeQuery the runtime's own process is the best there is; with it,
-        signalling the `/bin/sh -c` wrapper would orphan the container instead.
+        Before that the init still runs the runtime's own code (runc's waits for
+        `start`, and goes on for a moment after it), which a SIGTERM would end with a
+        status of its own. Without RunTimeQuery the runtime's own process is the best
+        there is; with it, signalling the `/bin/sh -c` wrapper would orphan the
+        container instead.
         """
         if self.container_pid or self.commands is None:
+            return self.container_pid
+        if self.created_init is not None:
+            pid, runtime_program = self.created_init
+            if _program(pid) != runtime_program:
+                self.container_pid = pid
             return self.container_pid
         if self.conf.RunTimeQuery:
             self.container_pid = self.commands.running_pid()
@@ -268,7 +279,7 @@ class Agent:
                 raise RuntimeCommandError("the runtime did not report the container created")
             time.sleep(0.02)
         pid = int(document.get("pid", 0))
-        self.container_pid = pid
+        self.created_init = (pid, _program(pid))
         self._set_pid(pid)
         code, _ = commands.run("RunTimeStart")
         if code != 0:
@@ -328,6 +339,14 @@ def _wait_status(pid: int) -> tuple[int, bool]:
     except ChildProcessError:
         return 0, False
     return shell_status(status), os.WIFEXITED(status)
+
+
+def _program(pid: int) -> str:
+    """What pid runs ('' once it is gone): it changes when the process execs."""
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return ""
 
 
 def _children() -> list[int]:
