@@ -272,6 +272,6 @@ def test_restore_from_missing_or_corrupt_images(runtime: Runtime, tmp_path: Path
         core.write_bytes(b"garbage")
     corrupt = runtime.scrun("restore", "-b", str(bundle), "--image-path", str(images), "r1")
     assert corrupt.returncode != 0
-    assert "restore failed" in corrupt.stderr
+    assert "restore failed: RunTimeRestore exited 1" in corrupt.stderr
     assert runtime.scrun("state", "r1").returncode != 0
     shutil.rmtree(images)

@@ -260,6 +260,8 @@ class Agent:
                 self._send({"event": "running"})
                 break
             time.sleep(0.02)
+        else:
+            raise RuntimeCommandError(f"RunTimeRestore exited {self.process.returncode}")
         return self._wait_runtime()
 
     def create_start_mode(self, commands: RuntimeCommands) -> int:
