@@ -152,6 +152,13 @@ def runc_containers() -> set[str]:
     return set(done.stdout.split())
 
 
+def runc_state_dirs() -> set[str]:
+    """runc list skips a state dir it cannot load (a runtime killed half way through
+    create): such a dir still blocks the name."""
+    root = Path("/run/runc")
+    return {p.name for p in root.iterdir()} if root.is_dir() else set()
+
+
 def _runc_states(names: list[str]) -> str:
     """What runc says of containers left behind: how they were left tells who failed."""
     said = [subprocess.run(["runc", "state", name], capture_output=True, text=True,
@@ -184,6 +191,7 @@ class LeakCheck:
             "processes": set(processes_mentioning(self.marker)),
             "spool dirs": {p.name for p in root.iterdir()} if root.exists() else set(),
             "runc containers": runc_containers(),
+            "runc state dirs": runc_state_dirs(),
             "task dirs": tasks,
         }
         if self.slurm_conf is not None:
@@ -216,7 +224,7 @@ class LeakCheck:
         for job in left.get("slurm jobs", []):
             assert self.slurm_conf is not None
             slurm(self.slurm_conf, "scancel", job.split()[0])
-        for container in left.get("runc containers", []):
+        for container in {*left.get("runc containers", []), *left.get("runc state dirs", [])}:
             subprocess.run(["runc", "delete", "--force", container], capture_output=True,
                            check=False)
         for name in left.get("task dirs", []):

@@ -26,6 +26,7 @@ from tests.integration.harness import (
     podman_env,
     require,
     runc_containers,
+    runc_state_dirs,
     slurm,
     wait_for,
 )
@@ -49,11 +50,6 @@ def _job_of_runc_name(name: str) -> str:
 def _job_of_task_dir(name: str) -> str:
     found = re.fullmatch(r"oci-job(.+)-\d+", name)
     return found.group(1) if found else ""
-
-
-def _runc_state_dirs() -> list[Path]:
-    root = Path("/run/runc")
-    return list(root.iterdir()) if root.is_dir() else []
 
 
 def _environ_mentions(pid: str, needles: tuple[bytes, ...]) -> bool:
@@ -90,10 +86,8 @@ class ScopedLeakCheck(LeakCheck):
         found["runc containers"] = {n for n in found["runc containers"]
                                     if self._mine(_job_of_runc_name(n))}
         found["task dirs"] = {n for n in found["task dirs"] if self._mine(_job_of_task_dir(n))}
-        # runc list skips a state dir it cannot load (a runtime killed half way through
-        # create): such a dir still blocks the name.
-        found["runc state dirs"] = {p.name for p in _runc_state_dirs()
-                                    if self._mine(_job_of_runc_name(p.name))}
+        found["runc state dirs"] = {n for n in found["runc state dirs"]
+                                    if self._mine(_job_of_runc_name(n))}
         for where in self.private:
             found[f"entries of {where}"] = (
                 {p.name for p in where.iterdir()} if where.is_dir() else set())
@@ -373,12 +367,10 @@ def _update_node(slurm_conf: Path, node: str, *settings: str) -> None:
 def clear_node_state(job_id: str) -> None:
     """What a dead node's reboot would clear (its /run): the runtime's state and the
     task dirs of the job's containers there, which nobody on that node lived to remove."""
-    for name in runc_containers():
+    for name in runc_state_dirs():
         if _job_of_runc_name(name) == job_id:
+            # runc removes a state dir it cannot load as well.
             subprocess.run(["runc", "delete", "--force", name], capture_output=True, check=False)
-    for state_dir in _runc_state_dirs():
-        if _job_of_runc_name(state_dir.name) == job_id:
-            shutil.rmtree(state_dir, ignore_errors=True)
     for task_dir in TASKS_DIR.glob(f"oci-job{job_id}-*"):
         shutil.rmtree(task_dir, ignore_errors=True)
 

@@ -185,6 +185,44 @@ def test_kill_9_of_the_local_node_agent_reports_stopped(tmp_path: Path, when: st
     leaks.check()
 
 
+def test_runtime_killed_while_it_creates_the_container(tmp_path: Path) -> None:
+    """runc SIGKILLed as soon as its state dir appears, before or while it sets up the
+    container: the container ends with a non-zero status, and nothing is left, not even
+    a state dir runc itself cannot load (which would block the name)."""
+    runtime, leaks = private_runtime(tmp_path)
+    runc_root = leaks.private[0]
+    bundle = make_bundle(tmp_path, ["sleep", "1000"])
+    assert runtime.scrun("create", "-b", str(bundle), "victim").returncode == 0
+    assert runtime.scrun("start", "victim").returncode == 0
+    deadline = time.monotonic() + 30
+    while not (runc_root.is_dir() and any(runc_root.iterdir())):
+        assert time.monotonic() < deadline, "runc never started creating the container"
+    run = [str(pid) for pid in os.listdir("/proc") if pid.isdigit() and _argv(pid)[:4] == [
+        "runc", "--root", str(runc_root), "run"]]
+    assert run, "no `runc run` to kill"
+    os.kill(int(run[0]), signal.SIGKILL)
+
+    def status() -> str:
+        return str(json.loads(runtime.scrun("state", "victim").stdout)["status"])
+
+    # Killed after the container started after all (a very slow runc), it runs on
+    # without its runtime, and the agent ends it when told.
+    time.sleep(1)
+    if status() == "running":
+        runtime.scrun("kill", "victim", "KILL")
+    wait_for(lambda: status() == "stopped", 15, "the container to be reported stopped")
+    assert json.loads(runtime.scrun("state", "victim").stdout)["exitStatus"] != 0
+    assert runtime.scrun("delete", "victim").returncode == 0
+    leaks.check()
+
+
+def _argv(pid: str) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
 # -- slurmctld ------------------------------------------------------------------------
 
 def test_slurmctld_restarted_while_a_container_runs(cluster: Cluster, tmp_path: Path,

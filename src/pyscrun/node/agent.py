@@ -335,12 +335,13 @@ class Agent:
 
 def _wait_status(pid: int) -> tuple[int, bool]:
     """Exit status of a child the way a shell reports it (128+N for signal N), and
-    whether it exited by itself (rather than being killed)."""
+    whether it exited by itself: neither killed nor saying, as the `/bin/sh -c` around
+    a runtime does, that a process it waited for was (the runtime may be that one)."""
     try:
         _, status = os.waitpid(pid, 0)
     except ChildProcessError:
         return 0, False
-    return shell_status(status), os.WIFEXITED(status)
+    return shell_status(status), os.WIFEXITED(status) and os.WEXITSTATUS(status) < 128
 
 
 def _program(pid: int) -> str:

@@ -95,11 +95,16 @@ class RuntimeCommands:
 
 
 def stop_and_delete(commands: RuntimeCommands) -> None:
-    """Kill the container if the runtime still has it running, then delete it."""
+    """Kill the container if the runtime still has it running, then delete it.
+
+    Deleted even when the runtime does not know it: a runtime killed while it created
+    the container may have left part of it (runc: a state dir without its state.json,
+    which blocks that id until `runc delete` removes it).
+    """
     document = commands.query()
-    if commands.conf.RunTimeQuery and document is None:
-        return
-    if document is None or document.get("status") in ("creating", "created", "running", "paused"):
+    known = document is not None or not commands.conf.RunTimeQuery
+    if known and (document is None or document.get("status") in (
+            "creating", "created", "running", "paused")):
         commands.run("RunTimeKill")
     commands.run("RunTimeDelete")
 
