@@ -200,9 +200,10 @@ def test_multi_task_container_is_checkpointed_whole(runtime: Runtime, tmp_path: 
 
 # -- failures, through scrun's own command line -------------------------------------------
 
-def _scrun_ok(runtime: Runtime, *args: str) -> None:
+def _scrun_ok(runtime: Runtime, *args: str) -> str:
     done = runtime.scrun(*args)
     assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def _status(runtime: Runtime, container_id: str) -> str:
@@ -267,6 +268,8 @@ def test_restore_from_missing_or_corrupt_images(runtime: Runtime, tmp_path: Path
     time.sleep(0.5)
     images = tmp_path / "img"
     _scrun_ok(runtime, "checkpoint", "--image-path", str(images), "r0")
+    # As with runc: once checkpoint returns, the container has stopped.
+    assert json.loads(_scrun_ok(runtime, "state", "r0"))["status"] == "stopped"
     _scrun_ok(runtime, "delete", "r0")
     for core in images.glob("core-*.img"):
         core.write_bytes(b"garbage")

@@ -57,6 +57,8 @@ class Anchor:
         self.kill_deadline: float | None = None
         self.exit_status: int | None = None
         self.ready_fd: int | None = None  # open while a restore waits for its tasks
+        # Clients of a checkpoint that stops the container, answered once it has.
+        self.stopped_waiters: list[tuple[Connection, dict[str, Any]]] = []
         # The caller's stdin, stdout, stderr (and /dev/null) for agents that can take
         # them over the control socket: the container then writes to podman directly
         # instead of through srun's I/O forwarding.
@@ -319,8 +321,15 @@ class Anchor:
 
     def _answer_checkpoint(self) -> None:
         client = self.agents.round_client
+        stops = self.agents.round is not None and not self.agents.round.order.get("leave_running")
         reply = self.agents.finish_checkpoint(self.state.id, self.state.job_id)
-        if reply is not None and client is not None:
+        if reply is None or client is None:
+            return
+        if reply["ok"] and stops:
+            # As with runc, checkpoint returns once the container has stopped: the
+            # delete that follows must find it so.
+            self.stopped_waiters.append((client, reply))
+        else:
             client.send(reply)
 
     def _force_stop(self) -> None:
@@ -361,6 +370,8 @@ class Anchor:
             self.store.save(self.state)
         except ScrunError as err:
             log.current.error(str(err))
+        for client, reply in self.stopped_waiters:
+            client.send(reply)
         self._release()
         return status
 
