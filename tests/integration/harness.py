@@ -267,8 +267,13 @@ def cluster_up(nodes: int) -> Path:
     require("slurmctld", "slurmctld")
     require("slurmd", "slurmd")
     require("munged", "munge")
+    # Job ids name runc containers and task dirs: each start of the cluster begins where
+    # no earlier one (of this run or a past one) can have reached, so a leftover of one
+    # test fails that test's leak check, never a later test's container.
+    first_job = int(time.time() * 100) % 60_000_000 + 1
     done = subprocess.run(["bash", str(CLUSTER_SCRIPT), "up", str(nodes)], capture_output=True,
-                          text=True, timeout=120, check=False)
+                          text=True, timeout=120, check=False,
+                          env={**os.environ, "PYSCRUN_FIRST_JOB_ID": str(first_job)})
     if done.returncode != 0:
         pytest.fail(f"cluster.sh up {nodes} failed:\n{done.stderr[-2000:]}")
     last = done.stdout.strip().splitlines()[-1]
