@@ -17,7 +17,7 @@ container's stdio) and outlives the signals a step receives as a whole: scancel'
 SIGTERM, which the agent handles, and the SIGKILL of every process of the step once
 KillWait has run out, which kills the agent and the runtime alike. For that it runs
 detached from the agent's process tree; a site whose proctrack plugin kills by cgroup
-(proctrack/cgroup) kills it too.
+or process group (proctrack/cgroup, pgid) kills it too.
 """
 
 from __future__ import annotations
@@ -51,10 +51,11 @@ class Guard:
         if pid == 0:
             try:
                 os.close(write_fd)
-                # A grandchild in its own session: once its parent is gone it is no
-                # descendant of the step, so the SIGKILL that ends a step whose KillWait
-                # ran out (proctrack/linuxproc, pgid) does not reach it.
-                os.setsid()
+                # A grandchild: once its parent is gone it is no descendant of the
+                # step, so the SIGKILL that ends a step whose KillWait ran out
+                # (proctrack/linuxproc) does not reach it. Not a session of its own:
+                # that made docker's multi-task containers fail now and then to join
+                # their network namespace.
                 if os.fork() == 0:
                     _watch(read_fd, commands, cleanup)
             finally:
