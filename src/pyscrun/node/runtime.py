@@ -102,9 +102,11 @@ def stop_and_delete(commands: RuntimeCommands) -> None:
     which blocks that id until `runc delete` removes it).
     """
     document = commands.query()
-    known = document is not None or not commands.conf.RunTimeQuery
-    if known and (document is None or document.get("status") in (
-            "creating", "created", "running", "paused")):
+    if document is not None:
+        may_run = document.get("status") in ("creating", "created", "running", "paused")
+    else:
+        may_run = not commands.conf.RunTimeQuery  # without a query, assume it may
+    if may_run:
         commands.run("RunTimeKill")
     commands.run("RunTimeDelete")
 
