@@ -55,6 +55,10 @@ class CheckpointError(ScrunError):
     """A checkpoint or restart with CRIU could not be done (srun_cr)."""
 
 
+class ChannelError(ScrunError):
+    """The channel between an anchor and its node agents failed or was refused."""
+
+
 # The one place where errors become exit codes. runc uses 1 for every failure;
 # usage errors get 2, as argument parsers conventionally do.
 EXIT_CODES: dict[type[BaseException], int] = {

@@ -92,7 +92,7 @@ class ScopedLeakCheck(LeakCheck):
             found[f"entries of {where}"] = (
                 {p.name for p in where.iterdir()} if where.is_dir() else set())
         root = str(self.runtime.root).encode()
-        needles = (b"PYSCRUN_AGENT_SOCKET=" + root + b"/", b"SCRUN_ROOT=" + root)
+        needles = (b"SCRUN_ROOT=" + root,)
         found["processes"] |= {
             f"{pid}: {_cmdline(pid)}" for pid in os.listdir("/proc")
             if pid.isdigit() and int(pid) != os.getpid() and _environ_mentions(pid, needles)}
@@ -164,7 +164,7 @@ def _parent(pid: int) -> int:
 def agent_pids(runtime: Runtime) -> list[int]:
     """Node agents (srun tasks `python -m pyscrun.node`) of containers under runtime's
     root; their guards, which run detached from the step, are left out."""
-    needle = b"PYSCRUN_AGENT_SOCKET=" + str(runtime.root).encode() + b"/"
+    needle = b"SCRUN_ROOT=" + str(runtime.root).encode()
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():

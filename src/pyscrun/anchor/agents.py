@@ -7,6 +7,8 @@ import socket
 
 from pyscrun import log
 from pyscrun.anchor import protocol
+from pyscrun.channel import frames
+from pyscrun.channel.peer import Peer
 
 # typing costs milliseconds at every start of the CLI: for type checkers only.
 TYPE_CHECKING = False
@@ -17,14 +19,11 @@ if TYPE_CHECKING:
 
 
 class Connection:
-    """One accepted connection on the control socket: a CLI request or an agent."""
+    """One accepted connection on the control socket: a CLI request."""
 
     def __init__(self, conn: socket.socket) -> None:
         self.conn = conn
         self.reader = protocol.LineReader()
-        self.task: str | None = None  # set once an agent said hello
-        self.node = ""
-        self.reported_exit = False  # an agent that said how its container ended
 
     def send(self, message: dict[str, Any]) -> bool:
         try:
@@ -34,9 +33,24 @@ class Connection:
         return True
 
 
+class AgentLink:
+    """One connection on the agents' port: a stranger until it has proven it holds the
+    container's secret and said hello, a node agent from then on."""
+
+    def __init__(self, peer: Peer, deadline: float) -> None:
+        self.peer = peer
+        self.deadline: float | None = deadline  # by when it must have said hello
+        self.task: str | None = None
+        self.node = ""
+        self.reported_exit = False  # an agent that said how its container ended
+
+    def send(self, message: dict[str, Any]) -> bool:
+        return self.peer.send(frames.message(message))
+
+
 class Agents:
     def __init__(self) -> None:
-        self.connected: list[Connection] = []
+        self.connected: list[AgentLink] = []
         self.pending_kills: list[int] = []
         self.exit_statuses: list[int] = []
         self.running = 0  # agents that reported their container running
@@ -45,23 +59,17 @@ class Agents:
         self.round: CheckpointRound | None = None
         self.round_client: Connection | None = None
 
-    def hello(self, agent: Connection, task: str, node: str, stdio: list[int] | None) -> None:
-        """Register an agent; hand it the container's stdio if it asked and we hold it."""
-        agent.task, agent.node = task, node
+    def hello(self, agent: AgentLink, task: str, node: str) -> None:
+        agent.task, agent.node, agent.deadline = task, node, None
         self.connected.append(agent)
-        if stdio is not None:
-            # Only task 0 reads stdin, as with srun; the others get stdin's last entry.
-            fds = stdio[:3] if task == "0" else [stdio[3], stdio[1], stdio[2]]
-            try:
-                agent.conn.setblocking(True)
-                socket.send_fds(agent.conn, [protocol.encode({"op": "stdio"})], fds)
-                agent.conn.setblocking(False)
-            except OSError:
-                return
         for signum in self.pending_kills:
             agent.send({"op": "kill", "signal": signum})
 
-    def gone(self, agent: Connection) -> None:
+    def stdin_taker(self) -> AgentLink | None:
+        """Task 0's agent, which reads the container's stdin, as with srun."""
+        return next((agent for agent in self.connected if agent.task == "0"), None)
+
+    def gone(self, agent: AgentLink) -> None:
         if agent in self.connected:
             self.connected.remove(agent)
             if not agent.reported_exit:
@@ -96,7 +104,7 @@ class Agents:
             if not agent.send(agents_order):
                 self.round.lost(agent)
 
-    def checkpointed(self, agent: Connection, error: str | None) -> None:
+    def checkpointed(self, agent: AgentLink, error: str | None) -> None:
         if self.round is not None:
             self.round.record(agent, error)
 

@@ -17,11 +17,14 @@ import time
 
 from pyscrun import backends, jsonc, log, selfpipe
 from pyscrun.anchor import console, protocol
-from pyscrun.anchor.agents import Agents, Connection
+from pyscrun.anchor.agents import AgentLink, Agents, Connection
 from pyscrun.anchor.spawn import CreateRequest, write_all
 from pyscrun.anchor.staging import Staging
+from pyscrun.anchor.stdio import HIGH_WATER, CallerStdio, Sink
 from pyscrun.anchor.store import write_atomic
 from pyscrun.backends.base import Allocation, LaunchRequest, Step
+from pyscrun.channel import frames, tcp
+from pyscrun.channel.peer import Peer, PeerGone
 from pyscrun.conf import scrun_env
 from pyscrun.errors import InvalidState, ScrunError
 from pyscrun.oci.state import CREATED, RUNNING, STOPPED, ContainerState, process_start_time, shell_status
@@ -39,6 +42,13 @@ KILL_GRACE = 10.0
 # Once no node agent is left and one of them went without reporting its container's
 # end (killed, or its node died), how long the launcher may take to notice.
 AGENT_LOST_GRACE = 10.0
+# How long a connection to the agents' port may take to prove itself and say hello,
+# and how many may be doing so at once (the oldest is dropped for a newer one).
+HELLO_TIMEOUT = 10.0
+MAX_STRANGERS = 64
+# Once the step ended, how long its agents' last frames (output, status) may take to
+# arrive, and the caller to take the output.
+DRAIN_TIMEOUT = 10.0
 
 
 class Anchor:
@@ -47,11 +57,17 @@ class Anchor:
         self.store = request.store
         self.site = request.site
         self.backend = backends.get(request.site.backend)
-        self.selector = selectors.DefaultSelector()
-        self.token = os.urandom(16).hex()
+        # poll, not epoll: the caller's stdio may be a regular file or /dev/null,
+        # which epoll refuses to watch.
+        self.selector = selectors.PollSelector()
+        self.secret = os.urandom(32)
         self.allocation: Allocation | None = None
         self.step: Step | None = None
+        self.step_status: int | None = None  # once the step ended
+        self.drain_deadline: float | None = None
         self.listener: socket.socket | None = None
+        self.agent_listener: socket.socket | None = None
+        self.strangers: list[AgentLink] = []  # connected, not yet agents
         self.terminal_fd: int | None = None
         self.agents = Agents()
         self.kill_deadline: float | None = None
@@ -59,10 +75,9 @@ class Anchor:
         self.ready_fd: int | None = None  # open while a restore waits for its tasks
         # Clients of a checkpoint that stops the container, answered once it has.
         self.stopped_waiters: list[tuple[Connection, dict[str, Any]]] = []
-        # The caller's stdin, stdout, stderr (and /dev/null) for agents that can take
-        # them over the control socket: the container then writes to podman directly
-        # instead of through srun's I/O forwarding.
-        self.stdio: list[int] | None = None
+        # The caller's stdio, while the agents stream the container's: srun's own
+        # forwarding is slower, and ends every signal but USR1/USR2 as SIGKILL.
+        self.stdio: CallerStdio | None = None
         bundle = request.bundle
         self.state = ContainerState(
             id=request.container_id, bundle=bundle.path, pid=os.getpid(),
@@ -79,6 +94,10 @@ class Anchor:
         self.listener = protocol.listen(self.store.socket_path(self.state.id))
         self.listener.setblocking(False)
         self.selector.register(self.listener, selectors.EVENT_READ, "listen")
+        local = self.backend.name == "local"
+        self.agent_listener = tcp.listen(self.site.agent_port_range(), loopback_only=local)
+        self.agent_listener.setblocking(False)
+        self.selector.register(self.agent_listener, selectors.EVENT_READ, "agents")
         if self.request.bundle.terminal:
             assert self.request.console_socket
             self.terminal_fd = console.open_console(
@@ -120,7 +139,16 @@ class Anchor:
                 # The agent runs in a fork of this process: load it while podman is
                 # busy starting `scrun start`, not after.
                 import pyscrun.node.agent  # noqa: F401
-        status = self._serve()
+        try:
+            status = self._serve()
+        except Exception as err:
+            # A defect: say where, then give the job back rather than die silently.
+            import traceback
+
+            where = traceback.extract_tb(err.__traceback__)[-1]
+            log.current.error(f"anchor failed: {err!r} at {where.filename}:{where.lineno}")
+            self._release()
+            status = 255
         os._exit(status & 0xFF)
 
     def _report_ready(self, error: str | None) -> None:
@@ -131,43 +159,185 @@ class Anchor:
         self.ready_fd = None
 
     # -- serving ---------------------------------------------------------------------
+    def _deadlines(self) -> list[float]:
+        found = [link.deadline for link in self.strangers if link.deadline is not None]
+        return [d for d in (self.kill_deadline, self.drain_deadline, *found) if d is not None]
+
     def _serve(self) -> int:
         while self.exit_status is None:
-            timeout = None
-            if self.kill_deadline is not None:
-                timeout = max(0.0, self.kill_deadline - time.monotonic())
-            for key, _ in self.selector.select(timeout):
-                self._dispatch(key)
+            deadlines = self._deadlines()
+            timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
+            for key, events in self.selector.select(timeout):
+                self._dispatch(key, events)
                 if self.exit_status is not None:
                     break
+            now = time.monotonic()
+            for link in [s for s in self.strangers if s.deadline is not None and s.deadline <= now]:
+                self._refuse(link, "it did not say hello in time")
             if (self.kill_deadline is not None and self.exit_status is None
-                    and time.monotonic() >= self.kill_deadline):
+                    and now >= self.kill_deadline):
                 self._force_stop()
+            self._end_if_drained()
+            self._rearm()
         return self._finish(self.exit_status)
 
-    def _dispatch(self, key: selectors.SelectorKey) -> None:
+    def _rearm(self) -> None:
+        """Watch each descriptor for what can be done now: agents are read unless the
+        caller's output is backed up, written to while frames wait; the caller's stdin
+        is read while task 0's agent takes it; output waits for the caller."""
+        full = self.stdio is not None and self.stdio.full()
+        for link in (*self.strangers, *self.agents.connected):
+            events = 0 if full and link.task is not None else selectors.EVENT_READ
+            if link.peer.pending:
+                events |= selectors.EVENT_WRITE
+            self._want(link.peer.sock, events, link)
+        if self.stdio is None:
+            return
+        for sink in self.stdio.sinks.values():
+            self._want(sink.fd, selectors.EVENT_WRITE if sink.pending else 0, sink)
+        taker = self.agents.stdin_taker()
+        take = (self.stdio.stdin_fd >= 0 and taker is not None
+                and taker.peer.pending < HIGH_WATER)
+        if self.stdio.stdin_fd >= 0:
+            self._want(self.stdio.stdin_fd, selectors.EVENT_READ if take else 0, "stdin")
+
+    def _want(self, fileobj: socket.socket | int, events: int, data: object) -> None:
+        key = self.selector.get_map().get(fileobj)
+        if key is None:
+            if events:
+                self.selector.register(fileobj, events, data)
+        elif not events:
+            self.selector.unregister(fileobj)
+        elif key.events != events:
+            self.selector.modify(fileobj, events, data)
+
+    def _dispatch(self, key: selectors.SelectorKey, events: int) -> None:
         data = key.data
         if data == "listen":
             self._accept()
+        elif data == "agents":
+            self._accept_agent()
+        elif data == "stdin":
+            self._read_stdin()
+        elif isinstance(data, Sink):
+            data.flush()
+        elif isinstance(data, AgentLink):
+            if events & selectors.EVENT_WRITE and not data.peer.flush():
+                self._drop_agent(data, "")
+            elif events & selectors.EVENT_READ:
+                self._read_agent(data)
         elif data == "signal":
             if any(s in _TERMINATING_SIGNALS for s in selfpipe.received(key.fileobj)):  # type: ignore[arg-type]
                 log.current.info("terminating on signal: cancelling the container")
                 self._kill(signal.SIGKILL)
         elif data == "step":
             assert self.step is not None
-            # An agent's report may still wait unread in its socket (both became
-            # readable in the same round): read it before the status is decided.
-            for other, _ in self.selector.select(0):
-                if isinstance(other.data, Connection) and other.data.task is not None:
-                    self._read(other.data)
-            # Agents report their container's status and exit 0. A task that did
-            # not report was killed: srun says so in its own status, unless it gave up
-            # waiting for the step to end (its status is then 0).
-            lost = [128 + signal.SIGKILL] if self.agents.unreported() else []
-            self.exit_status = max([_wait(self.step.pid), *self.agents.exit_statuses, *lost])
-            self._report_ready(f"restore failed: {self.agents.last_error or 'the step ended'}")
+            self.selector.unregister(key.fileobj)
+            os.close(key.fd)
+            self.step_status = _wait(self.step.pid)
+            # The agents' last frames (output, then status) may still be on their way.
+            self.drain_deadline = time.monotonic() + DRAIN_TIMEOUT
         elif isinstance(data, Connection):
             self._read(data)
+
+    def _end_if_drained(self) -> None:
+        """Once the step ended and its agents have said all (or no longer may): the
+        container's status."""
+        if self.step_status is None or self.exit_status is not None:
+            return
+        assert self.drain_deadline is not None
+        if self.agents.connected and time.monotonic() < self.drain_deadline:
+            return
+        # Agents report their container's status and exit 0. A task that did not
+        # report was killed: srun says so in its own status, unless it gave up
+        # waiting for the step to end (its status is then 0).
+        lost = [128 + signal.SIGKILL] if self.agents.unreported() else []
+        self.exit_status = max([self.step_status, *self.agents.exit_statuses, *lost])
+        self._report_ready(f"restore failed: {self.agents.last_error or 'the step ended'}")
+
+    # -- the agents' port --------------------------------------------------------------
+    def _accept_agent(self) -> None:
+        assert self.agent_listener is not None
+        try:
+            sock, _ = self.agent_listener.accept()
+        except OSError:
+            return
+        if len(self.strangers) >= MAX_STRANGERS:
+            self._refuse(self.strangers[0], "too many connections are waiting to say hello")
+        link = AgentLink(Peer.accepted(sock, self.secret), time.monotonic() + HELLO_TIMEOUT)
+        self.strangers.append(link)
+        self.selector.register(sock, selectors.EVENT_READ, link)
+
+    def _refuse(self, link: AgentLink, why: str) -> None:
+        log.current.error(f"refused a connection to the agents' port from {link.peer.address}: {why}")
+        self._drop_agent(link, why)
+
+    def _drop_agent(self, link: AgentLink, why: str) -> None:
+        if link in self.strangers:
+            self.strangers.remove(link)
+        self._want(link.peer.sock, 0, link)
+        link.peer.close()
+        if link.task is not None:
+            self.agents.gone(link)
+            self._answer_checkpoint()
+            self._give_up_on_lost_agents()
+
+    def _read_agent(self, link: AgentLink) -> None:
+        try:
+            received = link.peer.receive()
+        except PeerGone as gone:
+            if str(gone) and link.task is None:
+                self._refuse(link, str(gone))
+            else:
+                if str(gone):
+                    log.current.error(f"node agent of task {link.task}: {gone}")
+                self._drop_agent(link, str(gone))
+            return
+        for kind, payload in received:
+            if link.task is not None and kind in (frames.STDOUT, frames.STDERR):
+                if self.stdio is not None:
+                    self.stdio.output(kind, payload)
+                continue
+            try:
+                if kind != frames.MESSAGE:
+                    raise ValueError(f"a frame of kind {kind} from an agent")
+                message = frames.decode_message(payload)
+                if link.task is None:
+                    self._agent_hello(link, message)
+                else:
+                    self._agent_event(link, message)
+            except (ValueError, TypeError) as err:
+                self._refuse(link, str(err))
+                return
+            if link.peer.sock.fileno() < 0:
+                return
+
+    def _read_stdin(self) -> None:
+        assert self.stdio is not None
+        data = self.stdio.read_stdin()
+        taker = self.agents.stdin_taker()
+        if data is None or taker is None:
+            return
+        taker.peer.send(frames.frame(frames.STDIN, data))
+        if not data:
+            self._want(self.stdio.stdin_fd, 0, "stdin")
+            self.stdio.close_stdin()
+
+    def _agent_hello(self, link: AgentLink, message: dict[str, Any]) -> None:
+        op = message.get("op")
+        if op == "agent-error":
+            self.agents.last_error = str(message.get("message", ""))
+            log.current.error(f"node agent: {self.agents.last_error}")
+            self.strangers.remove(link)
+            link.deadline = None
+            return
+        if op != "agent-hello":
+            raise ValueError(f"expected a hello, got {op!r}")
+        task, node = message.get("task"), message.get("node")
+        if not isinstance(task, str) or not task.isdigit() or not isinstance(node, str):
+            raise ValueError("a hello without its task and node")
+        self.strangers.remove(link)
+        self.agents.hello(link, task, node)
 
     def _accept(self) -> None:
         assert self.listener is not None
@@ -183,8 +353,8 @@ class Anchor:
     def _drop(self, client: Connection) -> None:
         self.selector.unregister(client.conn)
         client.conn.close()
-        self.agents.gone(client)
-        self._answer_checkpoint()
+
+    def _give_up_on_lost_agents(self) -> None:
         if self.agents.lost and not self.agents.connected and self.step is not None:
             # srun waits for the task of a dead node until slurmctld declares the
             # node down (SlurmdTimeout, minutes): the anchor does not wait that long.
@@ -207,22 +377,7 @@ class Anchor:
                 return
 
     def _handle(self, client: Connection, message: dict[str, Any]) -> dict[str, Any] | None:
-        if client.task is not None:
-            self._agent_event(client, message)
-            return None
         op = message.get("op")
-        if op in ("agent-hello", "agent-error"):
-            from hmac import compare_digest
-
-            if not compare_digest(str(message.get("token", "")), self.token):
-                raise ScrunError("bad agent token")
-            if op == "agent-error":
-                self.agents.last_error = str(message.get("message", ""))
-                log.current.error(f"node agent: {self.agents.last_error}")
-                return {"ok": True}
-            self.agents.hello(client, str(message.get("task", "0")), str(message.get("node", "")),
-                              self.stdio if message.get("stdio") else None)
-            return None
         if op == "start":
             self._start()
         elif op == "kill":
@@ -236,11 +391,14 @@ class Anchor:
             raise ScrunError(f"unknown operation {op!r}")
         return {"ok": True, "state": self.state.oci_document()}
 
-    def _agent_event(self, agent: Connection, message: dict[str, Any]) -> None:
+    def _agent_event(self, agent: AgentLink, message: dict[str, Any]) -> None:
         event = message.get("event")
         if event == "exit":
+            status = message.get("status")
+            if not isinstance(status, int) or not 0 <= status <= 255:
+                raise ValueError(f"an exit status {status!r}")
             agent.reported_exit = True
-            self.agents.exit_statuses.append(int(message.get("status", 255)))
+            self.agents.exit_statuses.append(status)
         elif event == "running":
             self.agents.running += 1
             restore = self.request.restore
@@ -255,25 +413,28 @@ class Anchor:
     def _start(self) -> None:
         if self.state.status != CREATED:
             raise InvalidState(f"cannot start a container that is {self.state.status}")
-        assert self.allocation is not None
+        assert self.allocation is not None and self.agent_listener is not None
         self.state.status = RUNNING
         self.store.save(self.state)
         agent_env = {
             "PYSCRUN_AGENT_CONTAINER_ID": self.state.id,
             "PYSCRUN_AGENT_BUNDLE": self.staging.bundle,
             "PYSCRUN_AGENT_SLURM_CONF": self.site.slurm_conf,
-            "PYSCRUN_AGENT_SOCKET": self.store.socket_path(self.state.id),
-            "PYSCRUN_AGENT_TOKEN": self.token,
+            "PYSCRUN_AGENT_PORT": str(tcp.port_of(self.agent_listener)),
+            "PYSCRUN_AGENT_SECRET": self.secret.hex(),
             "PYSCRUN_AGENT_JOB_ID": self.allocation.job_id,
             # The step's command, as srun gives it: what IgnoreFileConfigJson runs.
             "PYSCRUN_AGENT_ARGS": jsonc.dumps(self.request.bundle.config["process"]["args"]),
         }
         if self.request.restore is not None:
             agent_env["PYSCRUN_AGENT_RESTORE"] = jsonc.dumps(self.request.restore)
+        if self.backend.name == "local":
+            # The agent runs on this machine: it dials the anchor on loopback.
+            agent_env["PYSCRUN_AGENT_HOST"] = "127.0.0.1"
         pass_stdio = self.backend.name == "slurm" and self.terminal_fd is None
         if pass_stdio:
-            self.stdio = [os.dup(0), os.dup(1), os.dup(2), os.open(os.devnull, os.O_RDONLY)]
-            agent_env["PYSCRUN_AGENT_STDIO"] = "pass"
+            self.stdio = CallerStdio()
+            agent_env["PYSCRUN_AGENT_STDIO"] = "stream"
         request = LaunchRequest(
             agent_env=agent_env,
             job_env={**self.staging.output_env(), **self.allocation.env},
@@ -360,8 +521,15 @@ class Anchor:
             except FileNotFoundError:
                 pass
             self.listener = None
+        if self.agent_listener is not None:
+            self.agent_listener.close()
+            self.agent_listener = None
 
     def _finish(self, status: int) -> int:
+        if self.stdio is not None:
+            # All the container's output reaches the caller before its status does.
+            self.stdio.finish(DRAIN_TIMEOUT)
+            self.stdio = None
         if self.allocation is not None:
             self.staging.stage_out(self.allocation)
         self.state.status = STOPPED

@@ -18,6 +18,9 @@ BACKENDS = ("auto", "local", "slurm")
 # pyscrun.conf's directives and their defaults. The checkpoint patterns use oci.conf's
 # %-patterns; `%@` stands for the checkpoint or restore options pyscrun builds.
 PYSCRUN_DEFAULTS = {
+    # Ports an anchor listens on for its node agents (LOW-HIGH) where slurm.conf sets
+    # no SrunPortRange; any free port when neither does.
+    "AgentPortRange": "",
     "Backend": "auto",
     "RunTimeCheckpoint": "runc checkpoint %@ %n.%u.%j.%s.%t",
     "RunTimeRestore": "runc restore %@ --bundle %b %n.%u.%j.%s.%t",
@@ -29,6 +32,7 @@ class PyscrunConf:
     """Settings only pyscrun has (pyscrun.conf beside oci.conf)."""
 
     __slots__ = tuple(PYSCRUN_DEFAULTS)
+    AgentPortRange: str
     Backend: str
     RunTimeCheckpoint: str
     RunTimeRestore: str
@@ -52,6 +56,10 @@ def _parse_pyscrun_conf(path: str) -> PyscrunConf:
             raise ConfigError(f"{path}:{line}: unknown directive {key!r}")
         if name.startswith("RunTime"):
             patterns.check(value, f"{path}:{line}")
+        if name == "AgentPortRange" and value:
+            from pyscrun.channel.tcp import parse_port_range
+
+            parse_port_range(value, f"{path}:{line}")
         values[name] = value
     backend = values.get("Backend", "auto").lower()
     if backend not in BACKENDS:
@@ -81,6 +89,36 @@ class Site:
     @property
     def scrun_lua(self) -> str:
         return os.path.join(self.conf_dir, "scrun.lua")
+
+    def agent_port_range(self) -> tuple[int, int] | None:
+        """Where the anchor listens for its agents: slurm.conf's SrunPortRange (the
+        ports a site opens on its login nodes for connections back from the nodes),
+        else pyscrun.conf's AgentPortRange, else None (any free port)."""
+        from pyscrun.channel.tcp import parse_port_range
+
+        found = _slurm_conf_value(self.slurm_conf, "srunportrange")
+        if found is not None:
+            return parse_port_range(found, f"{self.slurm_conf}: SrunPortRange")
+        if self.pyscrun.AgentPortRange:
+            return parse_port_range(self.pyscrun.AgentPortRange, "pyscrun.conf: AgentPortRange")
+        return None
+
+
+def _slurm_conf_value(path: str, key: str) -> str | None:
+    """One parameter of slurm.conf (key in lower case), None if unset or unreadable.
+    Words are read one by one: slurm.conf has syntax (Include, node lists) that only
+    Slurm parses in full."""
+    try:
+        text = keyvalue.read_text(path)
+    except (OSError, UnicodeDecodeError):
+        return None
+    found = None
+    for line in text.splitlines():
+        for word in line.partition("#")[0].split():
+            name, sep, value = word.partition("=")
+            if sep and name.lower() == key:
+                found = value
+    return found
 
 
 def slurm_conf_path(flag: str | None, environ: dict[str, str] | os._Environ[str]) -> str:

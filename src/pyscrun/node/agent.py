@@ -1,8 +1,10 @@
 """The node agent: prepares one task's container and runs it with the low-level runtime.
 
-Started by the anchor (local backend) or as a Slurm job step task (srun). It keeps a
-connection to the anchor's control socket for orders (kill) and exits with the
-container's exit status, which becomes the step's and so the container's for podman.
+Started by the anchor (local backend) or as a Slurm job step task (srun), on a node
+that may share nothing with the anchor's host but the network. It dials the anchor's
+port on the address Slurm gives the task, proves it holds the container's secret,
+keeps that connection for orders (kill, checkpoint) and reports, and streams the
+container's stdio over it when the anchor asks for that.
 """
 
 from __future__ import annotations
@@ -17,24 +19,26 @@ import time
 from collections.abc import Callable
 
 from pyscrun import log, selfpipe
-from pyscrun.anchor import protocol
+from pyscrun.channel import frames, peer
 from pyscrun.conf import site
 from pyscrun.conf.ociconf import OciConf
 from pyscrun.errors import RuntimeCommandError, ScrunError
 from pyscrun.node import criu
 from pyscrun.node.guard import Guard
 from pyscrun.node.runtime import RuntimeCommands, stop_and_delete
+from pyscrun.node.stdio import ContainerStdio
 from pyscrun.node.task import Task, TaskIdentity
 from pyscrun.oci.state import process_start_time, shell_status
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 _FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
                       signal.SIGUSR1, signal.SIGUSR2, signal.SIGCONT)
 # How long create/start mode waits for the runtime to report the container created.
 CREATE_TIMEOUT = 60.0
+DIAL_TIMEOUT = 10.0
+# How long the agent sends what is left of the container's output once it ended (a
+# process of the container may still hold its stdout), and then its status.
+OUTPUT_DRAIN_TIMEOUT = 10.0
+REPORT_TIMEOUT = 30.0
 
 
 class Agent:
@@ -42,8 +46,8 @@ class Agent:
         self.env = env
         self.conf = conf
         self.selector = selectors.DefaultSelector()
-        self.control: socket.socket | None = None
-        self.reader = protocol.LineReader()
+        self.control: peer.Peer | None = None
+        self.stdio: ContainerStdio | None = None
         self.commands: RuntimeCommands | None = None
         self.process: subprocess.Popen[bytes] | None = None
         # The runtime process waited for: the shell that runs RunTimeRun or
@@ -61,68 +65,76 @@ class Agent:
 
     # -- control channel -------------------------------------------------------------
     def connect(self) -> None:
-        path = self.env.get("PYSCRUN_AGENT_SOCKET")
-        if not path:
+        self.control = _dial(self.env)
+        if self.control is None:
             return
-        self.control = protocol.connect(path, timeout=10)
-        want_stdio = self.env.get("PYSCRUN_AGENT_STDIO") == "pass" and not os.isatty(0)
-        self.control.sendall(protocol.encode({
-            "op": "agent-hello", "token": self.env.get("PYSCRUN_AGENT_TOKEN", ""),
-            "task": self.ident.task_id, "node": self.ident.node, "stdio": want_stdio,
-        }))
-        early: list[dict[str, Any]] = []
-        if want_stdio:
-            early = self._take_stdio()
-        self.control.setblocking(False)
-        self.selector.register(self.control, selectors.EVENT_READ, "control")
-        self._handle(early)
+        self.control.send(frames.message({
+            "op": "agent-hello", "task": self.ident.task_id, "node": self.ident.node}))
+        if self.env.get("PYSCRUN_AGENT_STDIO") == "stream" and not os.isatty(0):
+            self.stdio = ContainerStdio(self.control, with_stdin=self.ident.task_id == "0")
+            self.stdio.attach(self.selector)
+        self._rearm()
+        self._handle(self.control.receive() if self.control.early else [])
 
-    def _take_stdio(self) -> list[dict[str, Any]]:
-        """Make the anchor's stdio (podman's pipes) this agent's, and so the container's."""
-        assert self.control is not None
-        data, fds, _, _ = socket.recv_fds(self.control, 65536, 3)
-        messages = self.reader.feed(data)
-        if not messages or messages[0].get("op") != "stdio" or len(fds) != 3:
-            raise ScrunError("the anchor did not hand over the container's stdio")
-        for target, fd in enumerate(fds):
-            os.dup2(fd, target)
-            os.close(fd)
-        return messages[1:]
+    def _rearm(self) -> None:
+        """Watch the anchor's connection for what can be done now: reading unless the
+        container's stdin is full, writing while frames wait to be sent."""
+        if self.control is None:
+            return
+        events = 0 if self.stdio is not None and self.stdio.stdin_full() else selectors.EVENT_READ
+        if self.control.pending:
+            events |= selectors.EVENT_WRITE
+        key = self.selector.get_map().get(self.control.sock)
+        if key is None:
+            if events:
+                self.selector.register(self.control.sock, events, "control")
+        elif not events:
+            self.selector.unregister(self.control.sock)
+        elif key.events != events:
+            self.selector.modify(self.control.sock, events, "control")
+        if self.stdio is not None:
+            self.stdio.balance()
 
-    def _on_control(self) -> None:
+    def _on_control(self, events: int) -> None:
         assert self.control is not None
+        if events & selectors.EVENT_WRITE:
+            self.control.flush()
+        if not events & selectors.EVENT_READ:
+            return
         try:
-            data = self.control.recv(65536)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        if not data:
+            received = self.control.receive()
+        except peer.PeerGone:
             # The anchor is gone: nobody will collect this container, so end it.
             log.current.info("anchor connection lost: killing the container")
-            self.selector.unregister(self.control)
+            self.selector.unregister(self.control.sock)
             self.control.close()
             self.control = None
             self.deliver(signal.SIGKILL)
             return
-        self._handle(self.reader.feed(data))
+        self._handle(received)
 
-    def _handle(self, messages: list[dict[str, Any]]) -> None:
-        for message in messages:
-            if message.get("op") == "kill":
-                self.deliver(int(message.get("signal", signal.SIGTERM)))
-            elif message.get("op") == "checkpoint":
-                self._checkpoint(message)
+    def _handle(self, received: list[tuple[int, bytes]]) -> None:
+        for kind, payload in received:
+            if kind == frames.STDIN:
+                if self.stdio is not None:
+                    self.stdio.on_stdin(payload)
+                continue
+            if kind != frames.MESSAGE:
+                continue
+            try:
+                message = frames.decode_message(payload)
+                op = message.get("op")
+                if op == "kill":
+                    self.deliver(_signal_number(message.get("signal")))
+                elif op == "checkpoint":
+                    self._checkpoint(message)
+            except ValueError as err:
+                log.current.error(f"ignored an order from the anchor: {err}")
 
     def _send(self, message: dict[str, object]) -> None:
-        if self.control is None:
-            return
-        try:
-            self.control.setblocking(True)
-            self.control.sendall(protocol.encode(message))
-            self.control.setblocking(False)
-        except OSError:
-            pass
+        if self.control is not None:
+            self.control.send(frames.message(message))
+            self._rearm()
 
     def _checkpoint(self, order: dict[str, object]) -> None:
         error = None
@@ -187,15 +199,20 @@ class Agent:
             while True:
                 # A signal that arrived before the container existed is retried soon.
                 timeout = 0.05 if self.pending_signals else None
-                for key, _ in self.selector.select(timeout):
+                for key, events in self.selector.select(timeout):
                     if key.data == "exit":
                         status, self.ended_by_itself = _wait_status(pid)
                         return status
                     if key.data == "control":
-                        self._on_control()
+                        self._on_control(events)
                     elif key.data == "signal":
                         self._on_signal(key.fileobj)  # type: ignore[arg-type]
+                    elif self.stdio is not None and key.data[0] == "output":
+                        self.stdio.on_output(key.data[1])
+                    elif self.stdio is not None and key.data[0] == "stdin":
+                        self.stdio.write_stdin()
                 self._flush_signals()
+                self._rearm()
         finally:
             self.selector.unregister(pidfd)
             os.close(pidfd)
@@ -243,15 +260,26 @@ class Agent:
         self.ended_by_itself = False
         return status
 
+    def _spawn(self, commands: RuntimeCommands, directive: str,
+               args: list[str] | None = None) -> subprocess.Popen[bytes]:
+        """Start the runtime command that brings the container up, with the streamed
+        stdio when there is one (else this process's own)."""
+        stdio = self.stdio.child_ends if self.stdio is not None else None
+        process = commands.spawn(directive, args, stdio)
+        if self.stdio is not None:
+            self.stdio.spawned()
+        return process
+
     def run_mode(self, commands: RuntimeCommands) -> int:
-        self.process = commands.spawn("RunTimeRun")
+        self.process = self._spawn(commands, "RunTimeRun")
         self.runtime_pid = self.process.pid
         self._set_pid(self.process.pid, runtime=True)
         return self._wait_runtime()
 
     def restore_mode(self, commands: RuntimeCommands, order: dict[str, object]) -> int:
         """Restore the task's container from its images, in the foreground like run."""
-        self.process = commands.spawn("RunTimeRestore", criu.restore_args(order, self.ident.task_id))
+        self.process = self._spawn(commands, "RunTimeRestore",
+                                   criu.restore_args(order, self.ident.task_id))
         self.runtime_pid = self.process.pid
         self._set_pid(self.process.pid, runtime=True)
         # create (and so podman) waits until every task runs again, or failed to.
@@ -267,7 +295,7 @@ class Agent:
     def create_start_mode(self, commands: RuntimeCommands) -> int:
         # The runtime's create forks the container and exits: as subreaper this agent
         # inherits the container process and so learns its exit status.
-        created = commands.spawn("RunTimeCreate")
+        created = self._spawn(commands, "RunTimeCreate")
         if self.guard is not None:
             self.guard.tell_runtime(created.pid)
         if created.wait() != 0:
@@ -318,17 +346,18 @@ class Agent:
         return self._report_exit(status)
 
     def _report_exit(self, status: int) -> int:
-        """Tell the anchor the container's status; the agent then exits 0 itself.
+        """Tell the anchor the container's status, after the last of its output; the
+        agent then exits 0 itself.
 
         A launcher such as srun would otherwise print its own complaint about a non-zero
         task into the container's stderr.
         """
         if self.control is None:
             return status
-        try:
-            self.control.setblocking(True)
-            self.control.sendall(protocol.encode({"event": "exit", "status": status}))
-        except OSError:
+        if self.stdio is not None:
+            self.stdio.finish(OUTPUT_DRAIN_TIMEOUT)
+        self.control.send(frames.message({"event": "exit", "status": status}))
+        if not self.control.flush_blocking(REPORT_TIMEOUT):
             return status
         return 0
 
@@ -385,15 +414,35 @@ def main(env: dict[str, str]) -> int:
         return 255
 
 
+def _dial(env: dict[str, str]) -> peer.Peer | None:
+    """The connection to the anchor, at the address Slurm gives the task (the host
+    srun was started on); None where no anchor waits (an agent started by hand)."""
+    port = env.get("PYSCRUN_AGENT_PORT")
+    if not port:
+        return None
+    host = (env.get("SLURM_SRUN_COMM_HOST") or env.get("SLURM_LAUNCH_NODE_IPADDR")
+            or env.get("PYSCRUN_AGENT_HOST") or "")
+    if not host:
+        raise ScrunError("no address to reach the anchor at (SLURM_SRUN_COMM_HOST is unset)")
+    secret = bytes.fromhex(env.get("PYSCRUN_AGENT_SECRET", ""))
+    return peer.dial(host, int(port), secret, DIAL_TIMEOUT)
+
+
 def _report_error(env: dict[str, str], message: str) -> None:
-    path = env.get("PYSCRUN_AGENT_SOCKET")
-    if not path:
-        return
     try:
-        protocol.request(path, {"op": "agent-error", "message": message,
-                                      "token": env.get("PYSCRUN_AGENT_TOKEN", "")}, 5)
-    except ScrunError:
-        pass
+        link = _dial(env)
+    except (ScrunError, ValueError):
+        return
+    if link is not None:
+        link.send(frames.message({"op": "agent-error", "message": message}))
+        link.flush_blocking(REPORT_TIMEOUT)
+        link.close()
+
+
+def _signal_number(value: object) -> int:
+    if not isinstance(value, int) or not 0 < value < signal.NSIG:
+        raise ValueError(f"no signal {value!r}")
+    return value
 
 
 def cli() -> None:

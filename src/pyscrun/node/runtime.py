@@ -39,11 +39,15 @@ class RuntimeCommands:
     def set_pid(self, pid: int) -> None:
         self.values = self.values.replace(pid=str(pid))
 
-    def spawn(self, directive: str, args: list[str] | None = None) -> subprocess.Popen[bytes]:
-        """Start a command that inherits stdio: the container's own run or create."""
+    def spawn(self, directive: str, args: list[str] | None = None,
+              stdio: tuple[int, int, int] | None = None) -> subprocess.Popen[bytes]:
+        """Start the container's own run or create, with stdio (stdin, stdout, stderr)
+        or this process's own."""
         command = self.command(directive, args)
         log.current.debug(f"{directive}: {command}")
-        return subprocess.Popen(["/bin/sh", "-c", command], cwd=self.cwd, env=self.env)
+        stdin, stdout, stderr = stdio if stdio is not None else (None, None, None)
+        return subprocess.Popen(["/bin/sh", "-c", command], cwd=self.cwd, env=self.env,
+                                stdin=stdin, stdout=stdout, stderr=stderr)
 
     def run(self, directive: str, timeout: float = 60.0, args: list[str] | None = None,
             ) -> tuple[int, str]:

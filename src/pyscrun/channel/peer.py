@@ -1,0 +1,154 @@
+"""One connection of the channel: frames queued to send, frames received, and the
+challenge-response that opens it.
+
+Both ends run selector loops, so a Peer never blocks: what cannot be sent yet waits in
+its buffer, and the owner watches for writability while anything does (`pending`).
+"""
+
+from __future__ import annotations
+
+import selectors
+import socket
+import time
+
+from pyscrun.channel import auth, frames, tcp
+from pyscrun.errors import ChannelError
+
+RECEIVE_SIZE = 1 << 18
+
+
+class PeerGone(Exception):
+    """The connection ended: closed by the peer (no reason) or refused (the reason)."""
+
+
+class Peer:
+    def __init__(self, sock: socket.socket, secret: bytes, challenge: bytes | None = None) -> None:
+        sock.setblocking(False)
+        self.sock = sock
+        self.secret = secret
+        self.reader = frames.FrameReader()
+        self.out = bytearray()
+        # Listener side: the challenge sent, until the dialer answered it.
+        self.challenge = challenge
+        # Dialer side: frames that came with the listener's proof.
+        self.early: list[tuple[int, bytes]] = []
+        try:
+            self.address = str(sock.getpeername()[0])
+        except OSError:
+            self.address = "?"
+
+    @classmethod
+    def accepted(cls, sock: socket.socket, secret: bytes) -> Peer:
+        """A connection that reached a listener: it must prove itself first."""
+        challenge = auth.challenge()
+        peer = cls(sock, secret, challenge)
+        peer.send(frames.frame(frames.CHALLENGE, challenge))
+        return peer
+
+    @property
+    def proven(self) -> bool:
+        return self.challenge is None
+
+    def fileno(self) -> int:
+        return self.sock.fileno()
+
+    @property
+    def pending(self) -> int:
+        return len(self.out)
+
+    def send(self, data: bytes) -> bool:
+        """Queue data and send what the socket takes now; False once the peer is gone."""
+        self.out += data
+        return self.flush()
+
+    def flush(self) -> bool:
+        while self.out:
+            try:
+                sent = self.sock.send(self.out)
+            except BlockingIOError:
+                return True
+            except OSError:
+                self.out.clear()
+                return False
+            del self.out[:sent]
+        return True
+
+    def flush_blocking(self, timeout: float) -> bool:
+        """Send everything queued, waiting up to timeout; False if it could not."""
+        deadline = time.monotonic() + timeout
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.sock, selectors.EVENT_WRITE)
+            while self.out:
+                left = deadline - time.monotonic()
+                if left <= 0 or not self.flush():
+                    return False
+                if self.out:
+                    selector.select(left)
+        return True
+
+    def receive(self) -> list[tuple[int, bytes]]:
+        """The frames that arrived (the socket was readable); PeerGone once the peer
+        closed, failed, sent something that is not a frame or could not prove itself."""
+        if self.early:
+            got, self.early = self.early, []
+            return got
+        try:
+            data = self.sock.recv(RECEIVE_SIZE)
+        except BlockingIOError:
+            return []
+        except OSError as err:
+            raise PeerGone(f"connection failed: {err.strerror or err}") from None
+        if not data:
+            raise PeerGone("")
+        try:
+            got = self.reader.feed(data)
+        except frames.FrameError as err:
+            raise PeerGone(str(err)) from None
+        if self.challenge is not None and got:
+            kind, answer = got.pop(0)
+            proof = auth.check_answer(self.secret, self.challenge, answer) \
+                if kind == frames.RESPONSE else None
+            if proof is None:
+                raise PeerGone("no proof of the container's secret")
+            self.challenge = None
+            self.send(frames.frame(frames.RESPONSE, proof))
+        return got
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _read_frames(sock: socket.socket, reader: frames.FrameReader) -> list[tuple[int, bytes]]:
+    """Blocking: the next frames that arrive (at least one)."""
+    while True:
+        data = sock.recv(RECEIVE_SIZE)
+        if not data:
+            raise ChannelError("the listener closed the connection (wrong secret?)")
+        got = reader.feed(data)
+        if got:
+            return got
+
+
+def dial(host: str, port: int, secret: bytes, timeout: float) -> Peer:
+    """Connect to a listener and prove, both ways, that each end holds the secret."""
+    sock = tcp.dial(host, port, timeout)
+    reader = frames.FrameReader()
+    try:
+        (kind, challenge), *early = _read_frames(sock, reader)
+        if early or kind != frames.CHALLENGE or len(challenge) != auth.NONCE:
+            raise ChannelError(f"{host} port {port} does not speak pyscrun's channel")
+        answer = auth.answer(secret, challenge)
+        sock.sendall(frames.frame(frames.RESPONSE, answer))
+        (kind, proof), *early = _read_frames(sock, reader)
+        if kind != frames.RESPONSE or not auth.check_proof(secret, challenge, answer, proof):
+            raise ChannelError(f"{host} port {port} could not prove it holds the secret")
+    except (OSError, frames.FrameError) as err:
+        sock.close()
+        raise ChannelError(f"handshake with {host} port {port} failed: {err}") from None
+    except ChannelError:
+        sock.close()
+        raise
+    peer = Peer(sock, secret)
+    peer.reader = reader
+    peer.early = early
+    return peer

@@ -1,0 +1,83 @@
+"""Listening and dialing: a port the site opens for connections back from its nodes."""
+
+from __future__ import annotations
+
+import errno
+import random
+import socket
+
+from pyscrun.errors import ChannelError
+
+# Connections not yet proven (or idle agents) an anchor takes at once: enough for
+# every task of a big container, few enough that nobody can exhaust its descriptors.
+BACKLOG = 128
+
+
+def parse_port_range(text: str, where: str) -> tuple[int, int]:
+    """`LOW-HIGH` (or one port), as slurm.conf's SrunPortRange."""
+    low, _, high = text.strip().partition("-")
+    try:
+        first, last = int(low), int(high or low)
+    except ValueError:
+        first = last = -1
+    if not 1 <= first <= last <= 65535:
+        raise ChannelError(f"{where}: a port range is LOW-HIGH within 1-65535, not {text!r}")
+    return first, last
+
+
+def _bound(port: int, loopback_only: bool) -> socket.socket:
+    if loopback_only:
+        server = socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        try:
+            server.bind(("127.0.0.1", port))
+        except OSError:
+            server.close()
+            raise
+        return server
+    try:
+        server = socket.socket(socket.AF_INET6, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        server.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        address: tuple[str, int] = ("::", port)
+    except OSError:
+        server = socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        address = ("0.0.0.0", port)
+    try:
+        server.bind(address)
+    except OSError:
+        server.close()
+        raise
+    return server
+
+
+def listen(port_range: tuple[int, int] | None, loopback_only: bool = False) -> socket.socket:
+    """A listening socket on every address of this host (or on loopback alone, for
+    agents on this machine), on a free port of the range (any free port without one)."""
+    if port_range is None:
+        ports = [0]
+    else:
+        ports = list(range(port_range[0], port_range[1] + 1))
+        random.shuffle(ports)
+    for port in ports:
+        try:
+            server = _bound(port, loopback_only)
+        except OSError as err:
+            if err.errno == errno.EADDRINUSE:
+                continue
+            raise ChannelError(f"cannot listen on port {port}: {err.strerror}") from None
+        server.listen(BACKLOG)
+        return server
+    assert port_range is not None
+    raise ChannelError(f"no free port in {port_range[0]}-{port_range[1]} to listen on")
+
+
+def port_of(server: socket.socket) -> int:
+    return int(server.getsockname()[1])
+
+
+def dial(host: str, port: int, timeout: float) -> socket.socket:
+    try:
+        conn = socket.create_connection((host, port), timeout=timeout)
+    except OSError as err:
+        raise ChannelError(f"cannot reach {host} port {port}: {err.strerror or err}") from None
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return conn

@@ -1,0 +1,173 @@
+"""The channel between anchor and agents: frames, and the challenge-response that opens
+every connection, over real TCP sockets on loopback."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pyscrun.channel import auth, frames, peer, tcp
+from pyscrun.errors import ChannelError
+
+FUZZ = settings(max_examples=200, deadline=None, database=None)
+SECRET = b"s" * 32
+
+any_frame = st.one_of(
+    st.tuples(st.sampled_from(frames.STREAMS), st.binary(max_size=300)),
+    st.tuples(st.just(frames.MESSAGE),
+              st.dictionaries(st.text(max_size=5), st.integers(), max_size=3)
+              .map(lambda d: frames.message(d)[frames.HEADER.size:])),
+)
+
+
+@FUZZ
+@given(st.lists(any_frame, max_size=8), st.lists(st.integers(1, 50), min_size=1, max_size=20))
+def test_frames_come_out_as_they_went_in_however_the_bytes_are_cut(
+        sent: list[tuple[int, bytes]], cuts: list[int]) -> None:
+    wire = b"".join(frames.frame(kind, payload) for kind, payload in sent)
+    reader = frames.FrameReader()
+    got: list[tuple[int, bytes]] = []
+    pos = 0
+    for cut in cuts * (len(wire) // max(sum(cuts), 1) + 1):
+        got += reader.feed(wire[pos:pos + cut])
+        pos += cut
+    got += reader.feed(wire[pos:])
+    assert got == sent
+
+
+@FUZZ
+@given(st.binary(max_size=200))
+def test_anything_else_is_a_frame_error_or_frames_never_another_exception(data: bytes) -> None:
+    reader = frames.FrameReader()
+    try:
+        for kind, payload in reader.feed(data):
+            assert kind in frames.KINDS
+            if kind == frames.MESSAGE:
+                try:
+                    frames.decode_message(payload)
+                except frames.FrameError:
+                    pass
+    except frames.FrameError:
+        pass
+
+
+def test_oversized_and_unknown_frames_are_refused_before_they_are_buffered() -> None:
+    with pytest.raises(frames.FrameError, match="more than allowed"):
+        frames.FrameReader().feed(frames.HEADER.pack(frames.STDOUT, frames.MAX_DATA + 1))
+    with pytest.raises(frames.FrameError, match="unknown kind"):
+        frames.FrameReader().feed(frames.HEADER.pack(200, 1) + b"x")
+    with pytest.raises(frames.FrameError, match="not a JSON object"):
+        frames.decode_message(b"[1]")
+
+
+def test_only_the_secret_answers_a_challenge_and_no_answer_serves_twice() -> None:
+    challenge = auth.challenge()
+    answer = auth.answer(SECRET, challenge)
+    proof = auth.check_answer(SECRET, challenge, answer)
+    assert proof is not None and auth.check_proof(SECRET, challenge, answer, proof)
+    assert auth.check_answer(b"t" * 32, challenge, answer) is None
+    assert auth.check_answer(SECRET, auth.challenge(), answer) is None  # replayed
+    assert not auth.check_proof(b"t" * 32, challenge, answer, proof)
+    assert auth.check_answer(SECRET, challenge, answer[:-1]) is None
+
+
+class Listener:
+    """A real listener on loopback whose accepted peers answer with the given secret."""
+
+    def __init__(self, secret: bytes) -> None:
+        self.server = tcp.listen(None, loopback_only=True)
+        self.port = tcp.port_of(self.server)
+        self.secret = secret
+        self.received: list[tuple[int, bytes]] = []
+        self.refusal = ""
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        sock, _ = self.server.accept()
+        link = peer.Peer.accepted(sock, self.secret)
+        sock.setblocking(True)
+        sock.settimeout(5)
+        try:
+            while True:
+                self.received += link.receive()
+                link.flush()
+        except (peer.PeerGone, TimeoutError) as gone:
+            self.refusal = str(gone)
+        link.close()
+
+
+def test_an_agent_with_the_secret_gets_in_and_its_frames_arrive() -> None:
+    listener = Listener(SECRET)
+    link = peer.dial("127.0.0.1", listener.port, SECRET, timeout=5)
+    link.send(frames.message({"op": "agent-hello"}) + frames.frame(frames.STDOUT, b"out"))
+    assert link.flush_blocking(5)
+    link.close()
+    listener.thread.join(5)
+    assert listener.received == [(frames.MESSAGE, b'{"op":"agent-hello"}'), (frames.STDOUT, b"out")]
+    assert listener.refusal == ""
+
+
+def test_an_agent_with_a_wrong_secret_is_refused_and_delivers_nothing() -> None:
+    listener = Listener(SECRET)
+    with pytest.raises(ChannelError, match="closed the connection"):
+        peer.dial("127.0.0.1", listener.port, b"wrong" * 8, timeout=5)
+    listener.thread.join(5)
+    assert listener.received == []
+    assert listener.refusal == "no proof of the container's secret"
+
+
+def test_a_listener_without_the_secret_cannot_pass_for_the_anchor() -> None:
+    server = tcp.listen(None, loopback_only=True)
+
+    def impostor() -> None:
+        sock, _ = server.accept()
+        sock.sendall(frames.frame(frames.CHALLENGE, auth.challenge()))
+        sock.recv(1024)
+        sock.sendall(frames.frame(frames.RESPONSE, b"\0" * 32))
+        sock.close()
+
+    thread = threading.Thread(target=impostor, daemon=True)
+    thread.start()
+    with pytest.raises(ChannelError, match="could not prove"):
+        peer.dial("127.0.0.1", tcp.port_of(server), SECRET, timeout=5)
+    thread.join(5)
+
+
+def test_a_recorded_exchange_replayed_on_a_new_connection_is_refused() -> None:
+    first = Listener(SECRET)
+    recorded = socket.create_connection(("127.0.0.1", first.port), timeout=5)
+    challenge = recorded.recv(1024)[frames.HEADER.size:]
+    answer = frames.frame(frames.RESPONSE, auth.answer(SECRET, challenge))
+    recorded.sendall(answer)
+    recorded.close()
+    first.thread.join(5)
+    second = Listener(SECRET)
+    replay = socket.create_connection(("127.0.0.1", second.port), timeout=5)
+    replay.recv(1024)
+    replay.sendall(answer + frames.message({"op": "agent-hello"}))
+    assert replay.recv(1024) == b""
+    second.thread.join(5)
+    assert second.received == []
+    assert second.refusal == "no proof of the container's secret"
+
+
+def test_port_ranges_are_checked_and_honoured() -> None:
+    with pytest.raises(ChannelError, match="LOW-HIGH"):
+        tcp.parse_port_range("60001-60000", "slurm.conf")
+    with pytest.raises(ChannelError, match="LOW-HIGH"):
+        tcp.parse_port_range("many", "slurm.conf")
+    assert tcp.parse_port_range("60000-60010", "x") == (60000, 60010)
+    taken = tcp.listen(None, loopback_only=True)
+    port = tcp.port_of(taken)
+    with pytest.raises(ChannelError, match=f"no free port in {port}-{port}"):
+        tcp.listen((port, port), loopback_only=True)
+    other = tcp.listen(None, loopback_only=True)
+    low, high = sorted((port, tcp.port_of(other)))
+    other.close()
+    free = tcp.port_of(tcp.listen((low, high), loopback_only=True))
+    assert low <= free <= high and free != port
