@@ -17,7 +17,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 SCRUN = Path(sys.executable).parent / "scrun"
-TEST_HOME = Path(os.environ.get("PYSCRUN_TEST_HOME", "/var/tmp/pyscrun-test"))
+TEST_HOME = Path(os.environ.get("PYSCRUN_TEST_HOME", "/srv/pyscrun-test"))
 IMAGE = "localhost/pyscrun-test:latest"
 QUICK = os.environ.get("BENCH_QUICK") == "1"
 

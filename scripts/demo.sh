@@ -4,7 +4,7 @@
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # shellcheck source=/dev/null
-. "${PYSCRUN_TEST_HOME:-/var/tmp/pyscrun-test}/env.sh"
+. "${PYSCRUN_TEST_HOME:-/srv/pyscrun-test}/env.sh"
 
 SLURM_CONF="$(bash "$REPO/scripts/cluster.sh" up 3 | tail -n 1 | sed 's/^export SLURM_CONF=//')"
 export SLURM_CONF

@@ -10,7 +10,7 @@
 # exec-root and pid file, no networking; a docker the user runs is never touched.
 #
 # Usage: scripts/docker-setup.sh
-# Env:   PYSCRUN_TEST_HOME  (default /var/tmp/pyscrun-test)
+# Env:   PYSCRUN_TEST_HOME  (default /srv/pyscrun-test)
 # Makes: $H/docker/rootfs.tar (busybox-static, the same tree as podman's test image)
 set -euo pipefail
 
@@ -22,7 +22,7 @@ need_root
 PACKAGES=(docker.io containerd busybox-static)
 DAEMONS=(dockerd containerd containerd-shim docker-proxy)
 UNITS=(docker.service docker.socket containerd.service)
-H="${PYSCRUN_TEST_HOME:-/var/tmp/pyscrun-test}"
+H="${PYSCRUN_TEST_HOME:-/srv/pyscrun-test}"
 BUSYBOX=/bin/busybox
 APT_LOG=/tmp/pyscrun-docker-setup.log
 

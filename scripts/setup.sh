@@ -15,7 +15,7 @@ PACKAGES=(
     runc podman conmon busybox-static
     slurmctld slurmd slurm-client munge
     python3-venv python3-dev
-    tmux uidmap rsync procps psmisc iproute2 util-linux fuse-overlayfs
+    tmux uidmap rsync procps psmisc iproute2 util-linux fuse-overlayfs tini
 )
 # Daemons (and their systemd units) that package scripts may start on installation.
 DAEMONS=(munged slurmctld slurmd slurmdbd)

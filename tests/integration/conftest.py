@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +16,13 @@ from tests.integration.harness import (
     make_runtime,
     make_slurm_runtime,
 )
+
+# The test cluster's nodes are machines of their own, whose /tmp is not the login
+# side's: what a test makes for its containers (bundles, checkpoint dirs) lives on the
+# cluster file system, as users' files do on a real cluster.
+SHARED_TMP = Path("/srv/pyscrun-tmp")
+SHARED_TMP.mkdir(mode=0o1777, parents=True, exist_ok=True)
+os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", str(SHARED_TMP))
 
 
 @pytest.fixture(params=sorted(OCI_CONFS))

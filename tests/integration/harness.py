@@ -21,7 +21,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SCRUN = Path(sys.executable).parent / "scrun"
-TEST_HOME = Path(os.environ.get("PYSCRUN_TEST_HOME", "/var/tmp/pyscrun-test"))
+TEST_HOME = Path(os.environ.get("PYSCRUN_TEST_HOME", "/srv/pyscrun-test"))
 IMAGE = "localhost/pyscrun-test:latest"
 TASKS_DIR = Path("/run/pyscrun/tasks")
 
@@ -65,6 +65,13 @@ class Runtime:
     @property
     def log(self) -> Path:
         return self.wrapper.parent / "scrun.log"
+
+    def write_conf(self, name: str, text: str) -> None:
+        """A configuration file for this scrun, and for every node of the cluster its
+        slurm.conf is (if a node reads that file beside its own slurm.conf)."""
+        (self.conf_dir / name).write_text(text)
+        if self.slurm_conf.is_symlink():
+            write_node_conf(self.slurm_conf.resolve(), name, text)
 
     def log_errors(self) -> list[str]:
         """The runtime's logged errors, for a failure's message."""
@@ -147,24 +154,55 @@ def processes_mentioning(text: str) -> list[str]:
     return found
 
 
-def runc_containers() -> set[str]:
-    done = subprocess.run(["runc", "list", "-q"], capture_output=True, text=True, check=False)
+def machines(slurm_conf: Path | None) -> list[int]:
+    """The login side (0) and, for a cluster of separate machines, the pid of each
+    node's first process as this side sees it: /proc/PID/root is the node's own /,
+    `nsenter -t PID -m -p` runs a command on the node."""
+    found = [0]
+    if slurm_conf is None:
+        return found
+    for pidfile in sorted((slurm_conf.resolve().parent / "run").glob("node.*.pid")):
+        try:
+            pid = pidfile.read_text().strip()
+            found += [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def on_machine(machine: int, argv: list[str]) -> list[str]:
+    return argv if machine == 0 else ["nsenter", "-t", str(machine), "-m", "-p", "--", *argv]
+
+
+def machine_path(machine: int, path: str) -> Path:
+    return Path(path) if machine == 0 else Path(f"/proc/{machine}/root{path}")
+
+
+def runc_containers(machine: int = 0) -> set[str]:
+    root = machine_path(machine, "/run/runc")
+    done = subprocess.run(["runc", "--root", str(root), "list", "-q"], capture_output=True,
+                          text=True, check=False)
     return set(done.stdout.split())
 
 
-def runc_state_dirs() -> set[str]:
+def runc_state_dirs(machine: int = 0) -> set[str]:
     """runc list skips a state dir it cannot load (a runtime killed half way through
     create): such a dir still blocks the name."""
-    root = Path("/run/runc")
+    root = machine_path(machine, "/run/runc")
     return {p.name for p in root.iterdir()} if root.is_dir() else set()
 
 
-def _runc_states(names: list[str]) -> str:
+def _runc_states(names: list[str], on: list[int]) -> str:
     """What runc says of containers left behind: how they were left tells who failed."""
-    said = [subprocess.run(["runc", "state", name], capture_output=True, text=True,
-                           check=False) for name in names]
-    return "".join(f"\nrunc state {name}: {done.stdout or done.stderr}"
-                   for name, done in zip(names, said, strict=True))
+    said = []
+    for name in names:
+        for machine in on:
+            done = subprocess.run(on_machine(machine, ["runc", "state", name]),
+                                  capture_output=True, text=True, check=False)
+            if done.returncode == 0 or machine == on[-1]:
+                said.append(f"\nrunc state {name}: {done.stdout or done.stderr}")
+                break
+    return "".join(said)
 
 
 def slurm_jobs(slurm_conf: Path) -> set[str]:
@@ -185,15 +223,20 @@ class LeakCheck:
         self.before = self._snapshot()
 
     def _snapshot(self) -> dict[str, set[str]]:
-        tasks = {p.name for p in TASKS_DIR.iterdir()} if TASKS_DIR.exists() else set()
         root = self.runtime.root
         found = {
             "processes": set(processes_mentioning(self.marker)),
             "spool dirs": {p.name for p in root.iterdir()} if root.exists() else set(),
-            "runc containers": runc_containers(),
-            "runc state dirs": runc_state_dirs(),
-            "task dirs": tasks,
+            "runc containers": set(),
+            "runc state dirs": set(),
+            "task dirs": set(),
         }
+        # What each machine of the cluster holds: its own runc state and task dirs.
+        for machine in machines(self.slurm_conf):
+            tasks = machine_path(machine, str(TASKS_DIR))
+            found["runc containers"] |= runc_containers(machine)
+            found["runc state dirs"] |= runc_state_dirs(machine)
+            found["task dirs"] |= {p.name for p in tasks.iterdir()} if tasks.is_dir() else set()
         if self.slurm_conf is not None:
             found["slurm jobs"] = slurm_jobs(self.slurm_conf)
         return found
@@ -207,7 +250,8 @@ class LeakCheck:
             if not left:
                 return
             if time.monotonic() > deadline:
-                states = _runc_states(left.get("runc containers", []))
+                states = _runc_states(left.get("runc containers", []),
+                                      machines(self.slurm_conf))
                 self._clean(left)
                 pytest.fail(f"left behind: {left}{states}")
             time.sleep(0.2)
@@ -224,11 +268,12 @@ class LeakCheck:
         for job in left.get("slurm jobs", []):
             assert self.slurm_conf is not None
             slurm(self.slurm_conf, "scancel", job.split()[0])
-        for container in {*left.get("runc containers", []), *left.get("runc state dirs", [])}:
-            subprocess.run(["runc", "delete", "--force", container], capture_output=True,
-                           check=False)
-        for name in left.get("task dirs", []):
-            shutil.rmtree(TASKS_DIR / name, ignore_errors=True)
+        for machine in machines(self.slurm_conf):
+            for container in {*left.get("runc containers", []), *left.get("runc state dirs", [])}:
+                subprocess.run(on_machine(machine, ["runc", "delete", "--force", container]),
+                               capture_output=True, check=False)
+            for name in left.get("task dirs", []):
+                shutil.rmtree(machine_path(machine, str(TASKS_DIR / name)), ignore_errors=True)
 
 
 def wait_for(predicate: object, timeout: float, what: str) -> None:
@@ -262,7 +307,7 @@ def make_bundle(base: Path, args: Sequence[str], terminal: bool = False) -> Path
 CLUSTER_SCRIPT = REPO / "scripts" / "cluster.sh"
 
 
-def cluster_up(nodes: int) -> Path:
+def cluster_up(nodes: int, machines: str = "separate") -> Path:
     """The project's loopback Slurm cluster with this many nodes; its slurm.conf."""
     require("slurmctld", "slurmctld")
     require("slurmd", "slurmd")
@@ -273,7 +318,8 @@ def cluster_up(nodes: int) -> Path:
     first_job = int(time.time() * 100) % 60_000_000 + 1
     done = subprocess.run(["bash", str(CLUSTER_SCRIPT), "up", str(nodes)], capture_output=True,
                           text=True, timeout=120, check=False,
-                          env={**os.environ, "PYSCRUN_FIRST_JOB_ID": str(first_job)})
+                          env={**os.environ, "PYSCRUN_FIRST_JOB_ID": str(first_job),
+                               "PYSCRUN_CLUSTER_MACHINES": machines})
     if done.returncode != 0:
         pytest.fail(f"cluster.sh up {nodes} failed:\n{done.stderr[-2000:]}")
     last = done.stdout.strip().splitlines()[-1]
@@ -285,13 +331,32 @@ def cluster_down() -> None:
                    check=False)
 
 
+# What each compute node reads beside its own slurm.conf, as slurmstepd does.
+NODE_FILES = ("oci.conf", "pyscrun.conf")
+
+
 def make_slurm_runtime(base: Path, cluster_conf: Path, oci_conf: str | None = None,
                        extra_files: dict[str, str] | None = None) -> Runtime:
     """scrun for the Slurm backend: a conf dir of the test's own beside the cluster's
-    slurm.conf, so the test can add its oci.conf or scrun.lua."""
+    slurm.conf, so the test can add its oci.conf or scrun.lua; the nodes get the same
+    oci.conf and pyscrun.conf beside their own slurm.conf."""
     runtime = make_runtime(base, oci_conf, extra_files)
     runtime.slurm_conf.symlink_to(cluster_conf)
+    files = {"oci.conf": oci_conf, **(extra_files or {})}
+    for name in NODE_FILES:
+        write_node_conf(cluster_conf, name, files.get(name))
     return runtime
+
+
+def write_node_conf(cluster_conf: Path, name: str, text: str | None) -> None:
+    """name beside each node's own slurm.conf (removed where text is None)."""
+    if name not in NODE_FILES:
+        return
+    for node_dir in sorted((cluster_conf.parent / "nodes").glob("n*")):
+        if text is None:
+            (node_dir / name).unlink(missing_ok=True)
+        else:
+            (node_dir / name).write_text(text)
 
 
 def slurm(cluster_conf: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -300,16 +365,19 @@ def slurm(cluster_conf: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 class Cluster:
-    """The loopback cluster, resized on demand: tests ask for the node count they need."""
+    """The loopback cluster, resized on demand: tests ask for the node count they need,
+    on separate machines unless they ask for one kernel (what does not work across
+    machines yet)."""
 
     def __init__(self) -> None:
         self.nodes = 0
+        self.machines = ""
         self.conf: Path | None = None
 
-    def up(self, nodes: int) -> Path:
-        if nodes != self.nodes or self.conf is None:
-            self.conf = cluster_up(nodes)
-            self.nodes = nodes
+    def up(self, nodes: int, machines: str = "separate") -> Path:
+        if nodes != self.nodes or machines != self.machines or self.conf is None:
+            self.conf = cluster_up(nodes, machines)
+            self.nodes, self.machines = nodes, machines
         return self.conf
 
 

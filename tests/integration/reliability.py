@@ -12,17 +12,19 @@ import re
 import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.integration.harness import (
+    CLUSTER_SCRIPT,
     RUN_OCI_CONF,
     TASKS_DIR,
     LeakCheck,
     Runtime,
+    machines,
     make_runtime,
+    on_machine,
     podman_env,
     require,
     runc_containers,
@@ -211,13 +213,16 @@ def local_agent_pids(anchor: int) -> list[int]:
             if p.name.isdigit() and _parent(int(p.name)) == anchor]
 
 
-def wait_container_up(job_id: str, timeout: float = 60) -> None:
-    """Wait until runc runs the container of the job (named %n.%u.%j.%s.%t)."""
+def wait_container_up(slurm_conf: Path, job_id: str, timeout: float = 60) -> None:
+    """Wait until runc, on whichever node, runs the container of the job (named
+    %n.%u.%j.%s.%t)."""
     def up() -> bool:
-        for name in runc_containers():
-            if _job_of_runc_name(name) == job_id:
-                done = subprocess.run(["runc", "state", name], capture_output=True, text=True,
-                                      check=False)
+        for machine in machines(slurm_conf):
+            for name in runc_containers(machine):
+                if _job_of_runc_name(name) != job_id:
+                    continue
+                done = subprocess.run(on_machine(machine, ["runc", "state", name]),
+                                      capture_output=True, text=True, check=False)
                 if done.returncode == 0 and json.loads(done.stdout).get("status") == "running":
                     return True
         return False
@@ -284,48 +289,47 @@ def start_slurmctld(slurm_conf: Path) -> None:
     wait_for(lambda: slurm(conf, "squeue", "-h").returncode == 0, 30, "slurmctld to answer")
 
 
+def _cluster(slurm_conf: Path, *args: str) -> None:
+    done = subprocess.run(["bash", str(CLUSTER_SCRIPT), *args], capture_output=True, text=True,
+                          timeout=120, check=False,
+                          env={**os.environ, "PYSCRUN_CLUSTER_DIR": str(cluster_dir(slurm_conf))})
+    if done.returncode != 0:
+        pytest.fail(f"cluster.sh {' '.join(args)} failed: {done.stderr.strip()}")
+
+
 def kill_node(slurm_conf: Path, node: str) -> None:
-    """The node dies: SIGKILL to its slurmd and to every process in its UTS namespace
-    (slurmstepd, node agents, runtimes, containers sharing the node's namespace)."""
-    slurmd = daemon_pid(slurm_conf, f"slurmd.{node}.pid", "slurmd")
+    """The node dies: everything on it at once (a machine of its own: its first process,
+    so the kernel ends its whole pid namespace)."""
+    _cluster(slurm_conf.resolve(), "node-kill", node)
+
+
+def slurmd_pid(slurm_conf: Path, node: str) -> int:
+    """The pid of the node's slurmd as this side sees it."""
+    conf = slurm_conf.resolve()
+    pidfile = cluster_dir(conf) / "run" / f"node.{node}.pid"
+    if not pidfile.exists():
+        return daemon_pid(conf, f"slurmd.{node}.pid", "slurmd")
+    machine = pidfile.read_text().strip()
     try:
-        namespace = os.readlink(f"/proc/{slurmd}/ns/uts")
-    except OSError:
-        pytest.fail(f"slurmd of {node} ended before it could be killed")
-    if namespace == os.readlink("/proc/self/ns/uts"):
-        pytest.fail(f"slurmd of {node} shares this host's UTS namespace: cannot single it out")
-
-    def members() -> list[int]:
-        found = []
-        for entry in Path("/proc").iterdir():
-            try:
-                if entry.name.isdigit() and os.readlink(entry / "ns" / "uts") == namespace:
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-        return found
-
-    deadline = time.monotonic() + 10
-    while left := [pid for pid in members() if not _gone(pid)]:
-        if time.monotonic() > deadline:
-            pytest.fail(f"processes of {node} survive SIGKILL: {left}")
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.1)
+        first = Path(f"/proc/{machine}/task/{machine}/children").read_text().split()[0]
+        namespace = os.readlink(f"/proc/{first}/ns/pid")
+    except (OSError, IndexError):
+        pytest.fail(f"the machine {node} is not up")
+    for entry in Path("/proc").iterdir():
+        try:
+            if (entry.name.isdigit() and _comm(int(entry.name)) == "slurmd"
+                    and os.readlink(entry / "ns" / "pid") == namespace):
+                return int(entry.name)
+        except OSError:
+            continue
+    pytest.fail(f"no slurmd runs on {node}")
 
 
 def start_slurmd(slurm_conf: Path, node: str) -> None:
-    """The node back: its slurmd started as scripts/cluster.sh starts it (in a UTS
-    namespace of its own with the node's hostname), then answering slurmctld."""
+    """The node back (booted again if it died, else its slurmd started again), then
+    answering slurmctld."""
     conf = slurm_conf.resolve()
-    with open(cluster_dir(conf) / "log" / "start.log", "ab") as log:
-        subprocess.run([require("unshare", "util-linux"), "--uts", "sh", "-c",
-                        'hostname "$1" && exec slurmd -f "$2" -N "$1"', "sh", node, str(conf)],
-                       cwd="/", stdin=subprocess.DEVNULL, stdout=log, stderr=log, check=True,
-                       timeout=60)
+    _cluster(conf, "node-start", node)
 
     def responding() -> bool:
         done = slurm(conf, "sinfo", "-h", "-N", "-n", node, "-o", "%T")
@@ -341,8 +345,7 @@ def reboot_node(slurm_conf: Path, node: str) -> None:
     there, as it does once SlurmdTimeout declares a node dead), slurmd started again and
     the node resumed."""
     conf = slurm_conf.resolve()
-    if live_daemon(conf, f"slurmd.{node}.pid", "slurmd") is not None:
-        kill_node(conf, node)
+    kill_node(conf, node)
     _update_node(conf, node, "state=down", "reason=pyscrun test: node restarted")
     start_slurmd(conf, node)
     # ReturnToService=2 may bring the node back as soon as its slurmd registers.
@@ -364,9 +367,12 @@ def _update_node(slurm_conf: Path, node: str, *settings: str) -> None:
         pytest.fail(f"scontrol update nodename={node} {' '.join(settings)}: {done.stderr.strip()}")
 
 
-def clear_node_state(job_id: str) -> None:
+def clear_node_state(slurm_conf: Path, job_id: str) -> None:
     """What a dead node's reboot would clear (its /run): the runtime's state and the
-    task dirs of the job's containers there, which nobody on that node lived to remove."""
+    task dirs of the job's containers there, which nobody on that node lived to remove.
+    A machine of its own took its /run with it."""
+    if len(machines(slurm_conf)) > 1 or list((cluster_dir(slurm_conf) / "run").glob("node.*")):
+        return
     for name in runc_state_dirs():
         if _job_of_runc_name(name) == job_id:
             # runc removes a state dir it cannot load as well.

@@ -240,7 +240,8 @@ def _failed_checkpoint_leaves_it_running(runtime: Runtime, tmp_path: Path,
 
 
 def test_checkpoint_without_criu_fails_cleanly(runtime: Runtime, tmp_path: Path) -> None:
-    (runtime.conf_dir / "pyscrun.conf").write_text(
+    runtime.write_conf(
+        "pyscrun.conf",
         'RunTimeCheckpoint="runc --criu /nonexistent/criu checkpoint %@ %n.%u.%j.%s.%t"\n')
     _failed_checkpoint_leaves_it_running(runtime, tmp_path, subprocess.DEVNULL)
 

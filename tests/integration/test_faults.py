@@ -34,7 +34,6 @@ from tests.integration.reliability import (
     ScopedLeakCheck,
     agent_pids,
     clear_node_state,
-    daemon_pid,
     job_state,
     kill_node,
     kill_tree_at_once,
@@ -42,6 +41,7 @@ from tests.integration.reliability import (
     podman_background,
     private_runtime,
     reboot_node,
+    slurmd_pid,
     start_slurmctld,
     stop_slurmctld,
     wait_container_up,
@@ -98,7 +98,7 @@ def _container_in_job(cluster: Cluster, tmp_path: Path, *args: str, leak_timeout
     run = podman_background(runtime, "run", "--rm", *args)
     try:
         state = wait_running(runtime)[0]
-        wait_container_up(str(state["job_id"]))
+        wait_container_up(conf, str(state["job_id"]))
         yield InJob(runtime, conf, state, run)
     finally:
         if before_stop is not None:
@@ -139,7 +139,7 @@ def test_kill_9_of_the_node_agent(cluster: Cluster, tmp_path: Path, mode: str) -
     leaks = ScopedLeakCheck(runtime, str(tmp_path), conf)
     run = podman_background(runtime, "run", "--rm", IMAGE, "sleep", "1000")
     try:
-        wait_container_up(str(wait_running(runtime)[0]["job_id"]))
+        wait_container_up(conf, str(wait_running(runtime)[0]["job_id"]))
         killed = time.monotonic()
         os.kill(agent_pids(runtime)[0], signal.SIGKILL)
         code, _, err = _finish(run, 30)
@@ -270,7 +270,7 @@ def test_the_node_of_the_container_dies(cluster: Cluster, tmp_path: Path) -> Non
     job = ""
     try:
         job = str(wait_running(runtime)[0]["job_id"])
-        wait_container_up(job)
+        wait_container_up(conf, job)
         killed = time.monotonic()
         kill_node(conf, "n1")
         code, _, err = _finish(run, 60)
@@ -280,7 +280,7 @@ def test_the_node_of_the_container_dies(cluster: Cluster, tmp_path: Path) -> Non
     finally:
         _stop(run)
         if job:
-            clear_node_state(job)
+            clear_node_state(conf, job)
         reboot_node(conf, "n1")
     leaks.check(timeout=60)
 
@@ -292,7 +292,7 @@ def test_slurmd_killed_while_the_container_runs(cluster: Cluster, tmp_path: Path
     node's slurmd is back)."""
     with _gated_container(cluster, tmp_path, gate, leak_timeout=60, reboot=True) as (
             conf, job, run):
-        os.kill(daemon_pid(conf, "slurmd.n1.pid", "slurmd"), signal.SIGKILL)
+        os.kill(slurmd_pid(conf, "n1"), signal.SIGKILL)
         (gate / "open").touch()
         _assert_gated_end(run, 60)
         assert job_state(conf, job) != "RUNNING"

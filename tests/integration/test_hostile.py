@@ -25,6 +25,7 @@ from tests.integration.harness import (
     make_bundle,
     make_slurm_runtime,
     podman,
+    write_node_conf,
 )
 from tests.integration.reliability import ScopedLeakCheck, private_runtime
 
@@ -76,6 +77,7 @@ def _hostile_runtime(base: Path, oci_conf: str, root: Path, slurm_conf: Path | N
     (conf_dir / "oci.conf").write_text(oci_conf)
     if slurm_conf is not None:
         (conf_dir / "slurm.conf").symlink_to(slurm_conf)
+        write_node_conf(slurm_conf, "oci.conf", oci_conf)
     wrapper = base / "scrun"
     wrapper.write_text(f"#!/bin/sh\nexec {shlex.quote(str(SCRUN))} --root {shlex.quote(str(root))} "
                        f"-f {shlex.quote(str(conf_dir / 'slurm.conf'))} \"$@\"\n")

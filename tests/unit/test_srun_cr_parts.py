@@ -120,10 +120,10 @@ def test_checkpoint_command_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 
 
 def test_launcher_command_line() -> None:
-    assert launcher._parse(["--socket", "s", "--", "a", "--b"]) == ({"socket": "s"}, ["a", "--b"])
-    assert launcher._parse(["--socket", "s", "--restart", "d", "--criu", "/c", "--", "a"]) == (
-        {"socket": "s", "restart": "d", "criu": "/c"}, ["a"])
-    for bad in (["--socket", "s", "--"], ["--bogus", "x", "--", "a"]):
+    assert launcher._parse(["--port", "9", "--", "a", "--b"]) == ({"port": "9"}, ["a", "--b"])
+    assert launcher._parse(["--port", "9", "--restart", "d", "--criu", "/c", "--", "a"]) == (
+        {"port": "9", "restart": "d", "criu": "/c"}, ["a"])
+    for bad in (["--port", "9", "--"], ["--bogus", "x", "--", "a"], ["--socket", "s", "--", "a"]):
         with pytest.raises(UsageError):
             launcher._parse(bad)
 
@@ -156,11 +156,12 @@ def test_nsinit_missing_command_exits_like_slurmstepd() -> None:
 
 def test_plan_puts_the_launcher_before_the_command_and_names_the_job() -> None:
     plan = Plan(srunopts.parse(["-N2", "prog", "-x"]), {})
-    argv = plan.argv("/s.sock", "/usr/sbin/criu")
+    argv = plan.argv(6000, "/usr/sbin/criu")
     assert argv[:3] == ["srun", "-N2", "--job-name=prog"]
-    assert argv[3:] == ["--", sys.executable, "-m", "pyscrun.srun_cr.launcher", "--socket",
-                        "/s.sock", "--criu", "/usr/sbin/criu", "--", "prog", "-x"]
-    assert plan.env({"SLURM_RESTART_DIR": "/old"}, "/s.sock") == {"SLURM_SRUN_CR_SOCKET": "/s.sock"}
+    assert argv[3:] == ["--", sys.executable, "-m", "pyscrun.srun_cr.launcher", "--port",
+                        "6000", "--criu", "/usr/sbin/criu", "--", "prog", "-x"]
+    assert plan.env({"SLURM_RESTART_DIR": "/old"}, "/s.sock", b"\x01\x02") == {
+        "SLURM_SRUN_CR_SOCKET": "/s.sock", "PYSCRUN_SRUN_CR_SECRET": "0102"}
     assert "--job-name=prog" not in Plan(srunopts.parse(["prog"]), {"SLURM_JOB_NAME": "j"}).options
 
 
@@ -175,8 +176,8 @@ def test_plan_for_a_restart_takes_task_count_and_command_from_the_checkpoint(tmp
     plan = Plan(srunopts.parse(["-N1"]), {"SLURM_RESTART_DIR": str(ck)})
     assert plan.options == ["-N1", "--ntasks=2", "--job-name=prog"]
     assert plan.command == ["prog", "a"]
-    assert plan.argv("/s", "/c")[-5:] == ["--restart", str(ck), "--", "prog", "a"]
-    assert plan.env({}, "/s")["SLURM_RESTART_DIR"] == str(ck)
+    assert plan.argv(6000, "/c")[-5:] == ["--restart", str(ck), "--", "prog", "a"]
+    assert plan.env({}, "/s", b"")["SLURM_RESTART_DIR"] == str(ck)
     with pytest.raises(CheckpointError, match="holds 2 task"):
         Plan(srunopts.parse(["--restart", str(ck), "-n3"]), {})
     with pytest.raises(UsageError, match="multi-prog"):

@@ -419,7 +419,6 @@ class Anchor:
         agent_env = {
             "PYSCRUN_AGENT_CONTAINER_ID": self.state.id,
             "PYSCRUN_AGENT_BUNDLE": self.staging.bundle,
-            "PYSCRUN_AGENT_SLURM_CONF": self.site.slurm_conf,
             "PYSCRUN_AGENT_PORT": str(tcp.port_of(self.agent_listener)),
             "PYSCRUN_AGENT_SECRET": self.secret.hex(),
             "PYSCRUN_AGENT_JOB_ID": self.allocation.job_id,
@@ -429,8 +428,10 @@ class Anchor:
         if self.request.restore is not None:
             agent_env["PYSCRUN_AGENT_RESTORE"] = jsonc.dumps(self.request.restore)
         if self.backend.name == "local":
-            # The agent runs on this machine: it dials the anchor on loopback.
+            # The agent runs on this machine, with its configuration: it dials the
+            # anchor on loopback.
             agent_env["PYSCRUN_AGENT_HOST"] = "127.0.0.1"
+            agent_env["PYSCRUN_AGENT_SLURM_CONF"] = self.site.slurm_conf
         pass_stdio = self.backend.name == "slurm" and self.terminal_fd is None
         if pass_stdio:
             self.stdio = CallerStdio()

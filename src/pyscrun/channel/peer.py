@@ -14,6 +14,10 @@ import time
 from pyscrun.channel import auth, frames, tcp
 from pyscrun.errors import ChannelError
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 RECEIVE_SIZE = 1 << 18
 
 
@@ -114,8 +118,19 @@ class Peer:
             self.send(frames.frame(frames.RESPONSE, proof))
         return got
 
+    def send_message(self, content: dict[str, Any], timeout: float) -> bool:
+        """Send one message, waiting up to timeout until it is on its way."""
+        return self.send(frames.message(content)) and self.flush_blocking(timeout)
+
     def close(self) -> None:
         self.sock.close()
+
+
+def messages(received: list[tuple[int, bytes]]) -> list[dict[str, Any]]:
+    """The messages among received frames (FrameError if one is not a JSON object);
+    frames of other kinds are not for this caller."""
+    return [frames.decode_message(payload) for kind, payload in received
+            if kind == frames.MESSAGE]
 
 
 def _read_frames(sock: socket.socket, reader: frames.FrameReader) -> list[tuple[int, bytes]]:

@@ -74,6 +74,12 @@ def port_of(server: socket.socket) -> int:
     return int(server.getsockname()[1])
 
 
+def launch_host(env: dict[str, str]) -> str:
+    """The host srun was started on, as Slurm tells a task of its step: the address
+    slurmd saw srun come from (the one its own I/O connects to). '' outside a step."""
+    return env.get("SLURM_SRUN_COMM_HOST") or env.get("SLURM_LAUNCH_NODE_IPADDR") or ""
+
+
 def dial(host: str, port: int, timeout: float) -> socket.socket:
     try:
         conn = socket.create_connection((host, port), timeout=timeout)

@@ -96,12 +96,21 @@ class Site:
         else pyscrun.conf's AgentPortRange, else None (any free port)."""
         from pyscrun.channel.tcp import parse_port_range
 
-        found = _slurm_conf_value(self.slurm_conf, "srunportrange")
+        found = srun_port_range(self.slurm_conf)
         if found is not None:
-            return parse_port_range(found, f"{self.slurm_conf}: SrunPortRange")
+            return found
         if self.pyscrun.AgentPortRange:
             return parse_port_range(self.pyscrun.AgentPortRange, "pyscrun.conf: AgentPortRange")
         return None
+
+
+def srun_port_range(slurm_conf: str) -> tuple[int, int] | None:
+    """slurm.conf's SrunPortRange: the ports a site opens on its login nodes for the
+    connections that come back from its compute nodes."""
+    from pyscrun.channel.tcp import parse_port_range
+
+    found = _slurm_conf_value(slurm_conf, "srunportrange")
+    return None if found is None else parse_port_range(found, f"{slurm_conf}: SrunPortRange")
 
 
 def _slurm_conf_value(path: str, key: str) -> str | None:

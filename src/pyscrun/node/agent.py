@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 
 from pyscrun import log, selfpipe
-from pyscrun.channel import frames, peer
+from pyscrun.channel import frames, peer, tcp
 from pyscrun.conf import site
 from pyscrun.conf.ociconf import OciConf
 from pyscrun.errors import RuntimeCommandError, ScrunError
@@ -404,7 +404,10 @@ def _set_child_subreaper() -> None:
 def main(env: dict[str, str]) -> int:
     """Run one task; returns its exit status. Errors become a message and status 255."""
     try:
-        the_site = site.load(env["PYSCRUN_AGENT_SLURM_CONF"])
+        # The node's own configuration: beside the slurm.conf slurmstepd names in the
+        # task's SLURM_CONF (the local backend names the caller's).
+        the_site = site.load(env.get("PYSCRUN_AGENT_SLURM_CONF") or env.get("SLURM_CONF")
+                             or site.DEFAULT_SLURM_CONF)
         more = {"RunTimeCheckpoint": the_site.pyscrun.RunTimeCheckpoint,
                 "RunTimeRestore": the_site.pyscrun.RunTimeRestore}
         return Agent(env, the_site.oci, more).main()
@@ -420,8 +423,7 @@ def _dial(env: dict[str, str]) -> peer.Peer | None:
     port = env.get("PYSCRUN_AGENT_PORT")
     if not port:
         return None
-    host = (env.get("SLURM_SRUN_COMM_HOST") or env.get("SLURM_LAUNCH_NODE_IPADDR")
-            or env.get("PYSCRUN_AGENT_HOST") or "")
+    host = tcp.launch_host(env) or env.get("PYSCRUN_AGENT_HOST", "")
     if not host:
         raise ScrunError("no address to reach the anchor at (SLURM_SRUN_COMM_HOST is unset)")
     secret = bytes.fromhex(env.get("PYSCRUN_AGENT_SECRET", ""))

@@ -1,11 +1,12 @@
 """The per-task launcher: what srun really starts for each task under srun_cr.
 
-    python -m pyscrun.srun_cr.launcher --socket S [--restart DIR] [--criu PATH] -- COMMAND...
+    python -m pyscrun.srun_cr.launcher --port P [--restart DIR] [--criu PATH] -- COMMAND...
 
 It starts COMMAND in a new pid namespace under a small init (nsinit.py), or restores
 task SLURM_PROCID from DIR there, reports job, step, rank, node and the init's pid to
-srun_cr on S, dumps the task with CRIU when srun_cr says so (it runs on the task's node),
-and exits as the task did, so that slurmstepd and srun see the task's own status.
+srun_cr (dialing port P on the host srun runs on), dumps the task with CRIU when
+srun_cr says so (it runs on the task's node), and exits as the task did, so that
+slurmstepd and srun see the task's own status.
 
 Every catchable signal but SIGCHLD is ignored here: slurmstepd signals every process
 of the step, so the task gets each signal directly, exactly once, as without srun_cr.
@@ -22,12 +23,15 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from pyscrun import log
-from pyscrun.anchor import protocol
-from pyscrun.errors import CheckpointError, ScrunError, UsageError
-from pyscrun.srun_cr import criu, images, linux, signals
+from pyscrun.channel import peer, tcp
+from pyscrun.errors import ChannelError, CheckpointError, ScrunError, UsageError
+from pyscrun.srun_cr import criu, images, linux, registry, signals
 
 NSINIT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "nsinit.py")
 _STATUS_FD = 3
+
+DIAL_TIMEOUT = 30.0
+SEND_TIMEOUT = 30.0
 
 
 @dataclass
@@ -146,24 +150,25 @@ class Launcher:
         self.identity = identity
         self.environ = environ
         self.options = options
-        self.conn: socket.socket | None = None
-        self.reader = protocol.LineReader()
+        self.conn: peer.Peer | None = None
         self.stopped_by_checkpoint = False
         self.task: Task | None = None
 
-    def connect(self, path: str) -> None:
+    def connect(self, port: str) -> None:
+        """Dial srun_cr on the host srun runs on, as Slurm tells the task."""
+        host = tcp.launch_host(self.environ)
         try:
-            self.conn = protocol.connect(path, timeout=30.0)
-        except OSError as err:
-            log.current.error(f"task {self.identity.rank}: cannot reach srun_cr at {path} "
-                              f"({err.strerror or err}): this task cannot be checkpointed")
+            secret = bytes.fromhex(self.environ.get(registry.SECRET_ENV, ""))
+            if not host:
+                raise ChannelError("SLURM_SRUN_COMM_HOST is unset")
+            self.conn = peer.dial(host, int(port), secret, DIAL_TIMEOUT)
+        except (ChannelError, ValueError) as err:
+            log.current.error(f"task {self.identity.rank}: cannot reach srun_cr "
+                              f"({err}): this task cannot be checkpointed")
 
     def send(self, message: dict[str, Any]) -> None:
-        if self.conn is not None:
-            try:
-                self.conn.sendall(protocol.encode(message))
-            except OSError:
-                self._lost()
+        if self.conn is not None and not self.conn.send_message(message, SEND_TIMEOUT):
+            self._lost()
 
     def _lost(self) -> None:
         if self.conn is not None:
@@ -188,7 +193,7 @@ class Launcher:
         # abort after a Ctrl-C races with the tasks' exits).
         selector.register(self.task.status_fd, selectors.EVENT_READ, "status")
         if self.conn is not None:
-            selector.register(self.conn, selectors.EVENT_READ, "conn")
+            selector.register(self.conn.sock, selectors.EVENT_READ, "conn")
         while True:
             for key, _ in selector.select():
                 if key.data == "status":
@@ -202,13 +207,16 @@ class Launcher:
                     reported = self.task.reported_status()
                     return status if reported is None else reported
                 conn = self.conn
-                messages = self.reader.receive(conn) if conn is not None else None
-                if messages is None:
+                try:
+                    orders = peer.messages(conn.receive()) if conn is not None else None
+                except (peer.PeerGone, ValueError):
+                    orders = None
+                if orders is None:
                     if conn is not None:
-                        selector.unregister(conn)
+                        selector.unregister(conn.sock)
                     self._lost()
                     continue
-                for message in messages:
+                for message in orders:
                     self._order(message)
 
     def _order(self, message: dict[str, Any]) -> None:
@@ -233,11 +241,11 @@ class Launcher:
                         pass
 
 
-_LAUNCHER_OPTIONS = ("--socket", "--restart", "--criu")
+_LAUNCHER_OPTIONS = ("--port", "--restart", "--criu")
 
 
 def _parse(argv: list[str]) -> tuple[dict[str, str], list[str]]:
-    """Options (--socket S, --restart DIR, --criu PATH; each optional) and the command."""
+    """Options (--port P, --restart DIR, --criu PATH; each optional) and the command."""
     options: dict[str, str] = {}
     i = 0
     while i < len(argv) and argv[i] != "--":
@@ -248,7 +256,7 @@ def _parse(argv: list[str]) -> tuple[dict[str, str], list[str]]:
             raise UsageError(f"unknown launcher argument {argv[i]!r}")
     command = argv[i + 1:]
     if not command:
-        raise UsageError("usage: python -m pyscrun.srun_cr.launcher [--socket S] [--restart DIR] "
+        raise UsageError("usage: python -m pyscrun.srun_cr.launcher [--port P] [--restart DIR] "
                          "[--criu PATH] -- COMMAND...")
     return options, command
 
@@ -274,8 +282,8 @@ def run(argv: list[str], environ: dict[str, str]) -> NoReturn:
     options, command = _parse(argv)
     identity = Identity.from_env(environ)
     launcher = Launcher(identity, environ, options)
-    if "socket" in options:
-        launcher.connect(options["socket"])
+    if "port" in options:
+        launcher.connect(options["port"])
     restart = options.get("restart")
     if restart is not None:
         checkpoint = images.Checkpoint.load(restart)

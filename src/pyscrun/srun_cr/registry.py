@@ -4,9 +4,8 @@ Each srun_cr listens on <run dir>/srun_cr.<pid>.sock and, once its tasks report 
 and step, links <run dir>/<job>.<step> to that socket. The run dir is $SRUN_CR_RUN_DIR,
 else /run/pyscrun-srun-cr for root, else $TMPDIR/pyscrun-srun-cr-<uid>: the same for
 every process of a user, whatever its environment (a batch job's differs from a login
-shell's). The tasks' launchers connect to the socket from their nodes, so the run dir
-must be one that the compute nodes share with srun_cr's host: on the loopback cluster
-(every node on this machine) it is; across machines a Unix socket cannot be reached.
+shell's). Only `srun_cr checkpoint` and `status` come this way, on srun_cr's own host:
+the tasks' launchers, on other machines, dial srun_cr over the network.
 """
 
 from __future__ import annotations
@@ -21,6 +20,8 @@ from pyscrun.errors import CheckpointError
 
 RUN_DIR_ENV = "SRUN_CR_RUN_DIR"
 SOCKET_ENV = "SLURM_SRUN_CR_SOCKET"
+# The step's secret, which its launchers prove they hold when they dial srun_cr.
+SECRET_ENV = "PYSCRUN_SRUN_CR_SECRET"
 _STEP = re.compile(r"^(\d+)(?:\.(\d+))?$")
 
 

@@ -1,9 +1,11 @@
 """The srun_cr process: srun with a launcher before each task, signals relayed, the
-launchers and checkpoint requests served on a Unix socket, srun's exit status mimicked.
+launchers served on the channel, checkpoint requests on a Unix socket, srun's exit
+status mimicked.
 
     srun_cr --(fork+exec, same process group)--> srun [options] -- python -m
-        pyscrun.srun_cr.launcher --socket S --criu C [--restart DIR] -- COMMAND...
-    each launcher --(connects to S: hello with job, step, rank, node, pid)--> srun_cr
+        pyscrun.srun_cr.launcher --port P --criu C [--restart DIR] -- COMMAND...
+    each launcher --(dials P on the host srun runs on, proves it holds the step's
+        secret, says hello with job, step, rank, node, pid)--> srun_cr
     `srun_cr checkpoint J.S` / the checkpoint signal --> srun_cr --> launchers dump
 """
 
@@ -20,6 +22,8 @@ from typing import Any, NoReturn
 
 from pyscrun import log
 from pyscrun.anchor import protocol
+from pyscrun.channel import frames, peer, tcp
+from pyscrun.conf import site
 from pyscrun.errors import BackendError, CheckpointError, UsageError
 from pyscrun.srun_cr import criu, images, linux, registry, signals
 from pyscrun.srun_cr.coordinator import Coordinator, Request
@@ -27,6 +31,9 @@ from pyscrun.srun_cr.srunopts import SrunLine
 
 LAUNCHER_MODULE = "pyscrun.srun_cr.launcher"
 RESTART_ENV = "SLURM_RESTART_DIR"
+# How long a connection to the launchers' port may take to prove itself.
+HELLO_TIMEOUT = 30.0
+SEND_TIMEOUT = 30.0
 
 
 def _srun(environ: dict[str, str]) -> str:
@@ -69,16 +76,17 @@ class Plan:
         if ":" in self.command:
             raise UsageError("srun_cr does not support heterogeneous steps (':' in the command line)")
 
-    def argv(self, socket_path: str, criu_path: str) -> list[str]:
-        launcher = [sys.executable, "-m", LAUNCHER_MODULE, "--socket", socket_path,
+    def argv(self, port: int, criu_path: str) -> list[str]:
+        launcher = [sys.executable, "-m", LAUNCHER_MODULE, "--port", str(port),
                     "--criu", criu_path]
         if self.checkpoint is not None:
             launcher += ["--restart", self.checkpoint.path]
         return ["srun", *self.options, "--", *launcher, "--", *self.command]
 
-    def env(self, environ: dict[str, str], socket_path: str) -> dict[str, str]:
+    def env(self, environ: dict[str, str], socket_path: str, secret: bytes) -> dict[str, str]:
         env = dict(environ)
         env[registry.SOCKET_ENV] = socket_path
+        env[registry.SECRET_ENV] = secret.hex()
         env.pop(RESTART_ENV, None)
         if self.checkpoint is not None:
             env[RESTART_ENV] = self.checkpoint.path
@@ -86,13 +94,28 @@ class Plan:
 
 
 class _Conn:
+    """A request on the Unix socket (`srun_cr checkpoint`, `status`)."""
+
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.reader = protocol.LineReader()
-        self.rank: int | None = None
 
     def send(self, message: dict[str, Any]) -> None:
         self.sock.sendall(protocol.encode(message))
+
+
+class _Launcher:
+    """A connection on the launchers' port: one task's launcher once it said hello."""
+
+    def __init__(self, link: peer.Peer) -> None:
+        self.link = link
+        self.sock = link.sock
+        self.rank: int | None = None
+        self.deadline: float | None = time.monotonic() + HELLO_TIMEOUT
+
+    def send(self, message: dict[str, Any]) -> None:
+        if not self.link.send_message(message, SEND_TIMEOUT):
+            raise OSError("the launcher is gone")
 
 
 class Wrapper:
@@ -107,6 +130,8 @@ class Wrapper:
         self.selector = selectors.DefaultSelector()
         self.srun_pid = 0
         self.criu = ""
+        self.secret = os.urandom(32)
+        self.strangers: list[_Launcher] = []  # connected, no hello yet
 
     def run(self) -> NoReturn:
         srun = _srun(self.environ)
@@ -114,14 +139,17 @@ class Wrapper:
         registry.prepare(self.run_dir)
         self.socket_path = registry.socket_path(self.run_dir)
         server = protocol.listen(self.socket_path)
+        ports = site.srun_port_range(site.slurm_conf_path(None, self.environ))
+        launchers = tcp.listen(ports)
         try:
             relay = signals.Relay(signals.catchable())
             relay.block()
-            self.srun_pid = self._spawn(srun)
+            self.srun_pid = self._spawn(srun, tcp.port_of(launchers))
             relay.start()
-            status = self._serve(server, relay)
+            status = self._serve(server, launchers, relay)
         finally:
             server.close()
+            launchers.close()
             try:
                 os.unlink(self.socket_path)
             except OSError:
@@ -130,9 +158,9 @@ class Wrapper:
                 registry.unregister(self.link, self.socket_path)
         signals.exit_like(status)
 
-    def _spawn(self, srun: str) -> int:
-        argv = self.plan.argv(self.socket_path, self.criu)
-        env = self.plan.env(self.environ, self.socket_path)
+    def _spawn(self, srun: str, port: int) -> int:
+        argv = self.plan.argv(port, self.criu)
+        env = self.plan.env(self.environ, self.socket_path, self.secret)
         log.current.debug(f"running {' '.join(argv)}")
         parent = os.getpid()
         pid = os.fork()
@@ -160,27 +188,37 @@ class Wrapper:
         except CheckpointError as err:
             log.current.error(str(err))
 
-    def _serve(self, server: socket.socket, relay: signals.Relay) -> int:
+    def _serve(self, server: socket.socket, launchers: socket.socket,
+               relay: signals.Relay) -> int:
         pidfd = os.pidfd_open(self.srun_pid)
         self.selector.register(server, selectors.EVENT_READ, "server")
+        self.selector.register(launchers, selectors.EVENT_READ, "launchers")
         self.selector.register(relay.read_fd, selectors.EVENT_READ, "signals")
         self.selector.register(pidfd, selectors.EVENT_READ, "srun")
         try:
             while True:
-                deadline = self.coordinator.next_deadline()
-                timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+                deadlines = [d for d in (self.coordinator.next_deadline(),
+                                         *(c.deadline for c in self.strangers)) if d is not None]
+                timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
                 for key, _ in self.selector.select(timeout):
                     if key.data == "server":
                         self._accept(server)
+                    elif key.data == "launchers":
+                        self._accept_launcher(launchers)
                     elif key.data == "signals":
                         self._signals(relay)
                     elif key.data == "srun":
                         _, status = os.waitpid(self.srun_pid, 0)
                         self.coordinator.step_ended()
                         return status
+                    elif isinstance(key.data, _Launcher):
+                        self._launcher_readable(key.data)
                     else:
                         self._readable(key.data)
-                self.coordinator.tick(time.monotonic())
+                now = time.monotonic()
+                for late in [c for c in self.strangers if c.deadline is not None and c.deadline <= now]:
+                    self._close_launcher(late, "it did not say hello in time")
+                self.coordinator.tick(now)
         finally:
             os.close(pidfd)
 
@@ -194,29 +232,69 @@ class Wrapper:
         sock.settimeout(30.0)
         self.selector.register(sock, selectors.EVENT_READ, _Conn(sock))
 
+    def _accept_launcher(self, launchers: socket.socket) -> None:
+        try:
+            sock, _ = launchers.accept()
+        except OSError:
+            return
+        conn = _Launcher(peer.Peer.accepted(sock, self.secret))
+        conn.link.sock.setblocking(True)
+        conn.link.sock.settimeout(SEND_TIMEOUT)
+        self.strangers.append(conn)
+        self.selector.register(sock, selectors.EVENT_READ, conn)
+
+    def _close_launcher(self, conn: _Launcher, why: str) -> None:
+        if why:
+            log.current.error(f"refused a connection to the launchers' port from "
+                              f"{conn.link.address}: {why}")
+        self.selector.unregister(conn.sock)
+        conn.link.close()
+        if conn in self.strangers:
+            self.strangers.remove(conn)
+        if conn.rank is not None:
+            self.coordinator.gone(conn.rank)
+
+    def _launcher_readable(self, conn: _Launcher) -> None:
+        try:
+            received = peer.messages(conn.link.receive())
+            conn.link.flush_blocking(SEND_TIMEOUT)
+        except peer.PeerGone as gone:
+            self._close_launcher(conn, str(gone) if conn.rank is None else "")
+            return
+        except frames.FrameError as err:
+            self._close_launcher(conn, str(err))
+            return
+        for message in received:
+            if conn.rank is None and message.get("op") != "hello":
+                self._close_launcher(conn, f"expected a hello, got {message.get('op')!r}")
+                return
+            if message.get("op") == "hello":
+                conn.deadline = None
+                if conn in self.strangers:
+                    self.strangers.remove(conn)
+            self._dispatch(conn, message)
+
     def _readable(self, conn: _Conn) -> None:
         messages = conn.reader.receive(conn.sock)
         if messages is None:
             self.selector.unregister(conn.sock)
             conn.sock.close()
-            if conn.rank is not None:
-                self.coordinator.gone(conn.rank)
             return
         for message in messages:
             self._dispatch(conn, message)
 
-    def _dispatch(self, conn: _Conn, message: dict[str, Any]) -> None:
+    def _dispatch(self, conn: _Conn | _Launcher, message: dict[str, Any]) -> None:
         op = message.get("op")
         try:
-            if op == "hello":
+            if op == "hello" and isinstance(conn, _Launcher):
                 conn.rank = self.coordinator.hello(message, conn.send)
-            elif op == "checkpoint":
+            elif op == "checkpoint" and isinstance(conn, _Conn):
                 directory = message.get("dir")
                 self.coordinator.request(Request(str(directory) if directory else None,
                                                  bool(message.get("stop")), conn.send))
-            elif op == "status":
+            elif op == "status" and isinstance(conn, _Conn):
                 conn.send(self._status())
-            elif conn.rank is not None:
+            elif isinstance(conn, _Launcher) and conn.rank is not None:
                 self.coordinator.message(conn.rank, message)
         except (KeyError, TypeError, ValueError) as err:
             log.current.error(f"bad message {message!r}: {err}")
