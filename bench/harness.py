@@ -20,6 +20,7 @@ SCRUN = Path(sys.executable).parent / "scrun"
 TEST_HOME = Path(os.environ.get("PYSCRUN_TEST_HOME", "/srv/pyscrun-test"))
 IMAGE = "localhost/pyscrun-test:latest"
 QUICK = os.environ.get("BENCH_QUICK") == "1"
+SHARED_TMP = Path("/srv/pyscrun-tmp")
 
 
 @dataclass
@@ -77,6 +78,9 @@ class Runtimes:
     def __init__(self) -> None:
         # Under /run (tmpfs) like a real --root: state files are fsynced.
         self.dir = Path(tempfile.mkdtemp(prefix="pyscrun-bench.", dir="/run"))
+        # What containers on the cluster's nodes see: the cluster file system.
+        SHARED_TMP.mkdir(mode=0o1777, parents=True, exist_ok=True)
+        self.shared = Path(tempfile.mkdtemp(prefix="pyscrun-bench.", dir=SHARED_TMP))
         self.local = self._wrapper("local", None)
         self.slurm_conf = self._cluster_up()
         self.slurm = self._wrapper("slurm", self.slurm_conf)
@@ -101,6 +105,7 @@ class Runtimes:
         subprocess.run(["bash", str(REPO / "scripts/cluster.sh"), "down"], capture_output=True,
                        check=False)
         shutil.rmtree(self.dir, ignore_errors=True)
+        shutil.rmtree(self.shared, ignore_errors=True)
 
 
 def make_bundle(base: Path, args: Sequence[str]) -> Path:

@@ -10,7 +10,8 @@ from bench.chart import draw
 from bench.harness import QUICK, REPO, Result, Runtimes, machine
 
 CASES = (cases.cli_ops, cases.podman_run, cases.parallel, cases.hang_rate,
-         cases.stdout_throughput, cases.anchor_rss, cases.checkpoint_restore)
+         cases.stdout_throughput, cases.anchor_rss, cases.login_memory,
+         cases.checkpoint_restore)
 
 
 def report(results: list[Result], seconds: float) -> str:

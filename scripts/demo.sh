@@ -9,6 +9,8 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 SLURM_CONF="$(bash "$REPO/scripts/cluster.sh" up 3 | tail -n 1 | sed 's/^export SLURM_CONF=//')"
 export SLURM_CONF
 trap 'bash "$REPO/scripts/cluster.sh" down >/dev/null 2>&1 || true' EXIT
+# A closed pipe (make demo | head) or Ctrl-C ends the demo through its EXIT trap too.
+trap 'exit 1' PIPE HUP INT TERM
 
 DEMO_DIR="$(mktemp -d /tmp/pyscrun-demo.XXXXXX)"
 # podman passes the runtime no environment to speak of: tell scrun where slurm.conf is.
@@ -18,8 +20,9 @@ exec "$REPO/.venv/bin/scrun" --root "$DEMO_DIR/root" -f "$SLURM_CONF" "\$@"
 WRAPPER
 chmod +x "$DEMO_DIR/scrun"
 
-echo "== sinfo"
+echo "== sinfo: three compute nodes, each a machine of its own (own hostname, /run, pids)"
 sinfo
+srun -N3 --ntasks-per-node=1 sh -c 'echo "$(hostname): $(ls /run | wc -l) entries in /run, $(ls -d /proc/[0-9]* | wc -l) processes"' | sort
 echo
 echo "== podman --runtime $DEMO_DIR/scrun run --rm --uts=host $PYSCRUN_TEST_IMAGE ..."
 podman --runtime "$DEMO_DIR/scrun" run --rm --uts=host "$PYSCRUN_TEST_IMAGE" \

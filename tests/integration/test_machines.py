@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +25,7 @@ from tests.integration.harness import (
     make_bundle,
     make_slurm_runtime,
     on_machine,
+    require,
     slurm,
     wait_for,
 )
@@ -240,3 +243,60 @@ def _rss(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) << 10
     pytest.fail(f"no VmRSS for {pid}")
+
+
+def _numbers(path: Path) -> list[int]:
+    return [int(word) for word in path.read_text().split() if word.isdigit()]
+
+
+def _node_of_the_job(conf: Path) -> str:
+    lines = [line.split() for line in slurm(conf, "squeue", "-h", "-o", "%i %N").stdout.splitlines()]
+    assert len(lines) == 1, lines
+    return lines[0][1]
+
+
+def test_checkpoint_images_cross_machines_when_only_the_login_side_has_the_image_path(
+        cluster: Cluster, tmp_path: Path) -> None:
+    """The image path in the login side's own /tmp, which no node sees: the images come
+    over the channel from the node that dumps, and go to the node that restores, which
+    is another one; the count goes on there."""
+    require("criu", "criu (installed by scripts/criu-setup.sh through `make setup`)")
+    conf = cluster.up(3)
+    runtime = make_slurm_runtime(tmp_path, conf)
+    leaks = ScopedLeakCheck(runtime, str(tmp_path), conf)
+    bundle = make_bundle(tmp_path, ["sh", "-c", "i=0; while true; do i=$((i+1)); echo $i; "
+                                                "sleep 0.2; done"])
+    images = Path(tempfile.mkdtemp(prefix="pyscrun-images-", dir="/tmp"))
+    old_node = ""
+    try:
+        before = Running(runtime, bundle, tmp_path / "before", "m1")
+        wait_for(lambda: len(_numbers(before.out)) >= 5, 30, "the count")
+        old_node = _node_of_the_job(conf)
+        done = runtime.scrun("checkpoint", "--image-path", str(images), "m1")
+        assert done.returncode == 0, done.stderr
+        assert (images / "inventory.img").is_file()
+        assert not list(images.glob(".pyscrun-probe-*"))
+        assert runtime.scrun("delete", "m1").returncode == 0
+        last = _numbers(before.out)[-1]
+        drained = slurm(conf, "scontrol", "update", f"NodeName={old_node}", "State=DRAIN",
+                        "Reason=pyscrun-test")
+        assert drained.returncode == 0, drained.stderr
+        after = tmp_path / "after"
+        # Files, not pipes: the anchor keeps the caller's stdio for the container.
+        with open(after, "wb") as stdout, open(tmp_path / "restore.err", "wb") as stderr:
+            restored = subprocess.run(
+                [str(runtime.wrapper), "restore", "-b", str(bundle), "--image-path", str(images),
+                 "m2"], stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL, timeout=120,
+                check=False)
+        assert restored.returncode == 0, (tmp_path / "restore.err").read_text()
+        assert _node_of_the_job(conf) != old_node
+        wait_for(lambda: len(_numbers(after)) >= 5, 30, "the restored count")
+        counted = _numbers(after)
+        assert counted == sorted(counted) and counted[0] > last - 2 and counted[0] > 3, (
+            last, counted[:5])
+        assert runtime.scrun("delete", "--force", "m2").returncode == 0
+    finally:
+        if old_node:
+            slurm(conf, "scontrol", "update", f"NodeName={old_node}", "State=RESUME")
+        shutil.rmtree(images, ignore_errors=True)
+    leaks.check()

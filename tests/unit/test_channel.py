@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import socket
 import threading
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pyscrun.channel import auth, frames, peer, tcp
+from pyscrun.channel import auth, files, frames, peer, tcp
 from pyscrun.errors import ChannelError
 
 FUZZ = settings(max_examples=200, deadline=None, database=None)
@@ -171,3 +172,45 @@ def test_port_ranges_are_checked_and_honoured() -> None:
     other.close()
     free = tcp.port_of(tcp.listen((low, high), loopback_only=True))
     assert low <= free <= high and free != port
+
+
+def test_a_tree_arrives_whole_and_no_file_lands_outside_its_place(tmp_path: Path) -> None:
+    source = tmp_path / "source"
+    (source / "task-1").mkdir(parents=True)
+    (source / "inventory.img").write_bytes(b"i" * 200_000)
+    (source / "task-1" / "core.img").write_bytes(b"c")
+    (source / "link").symlink_to("/etc/passwd")
+    sender_sock, receiver_sock = socket.socketpair()
+    sender = peer.Peer(sender_sock, SECRET)
+    receiving = peer.Peer(receiver_sock, SECRET)
+    target = tmp_path / "target"
+    target.mkdir()
+    receiver = files.TreeReceiver({"image": str(target)})
+    done = threading.Event()
+
+    def receive() -> None:
+        receiver_sock.setblocking(True)
+        try:
+            while True:
+                for kind, payload in receiving.receive():
+                    if kind == frames.FILE:
+                        receiver.data(payload)
+                    else:
+                        receiver.begin(frames.decode_message(payload))
+        except peer.PeerGone:
+            done.set()
+
+    thread = threading.Thread(target=receive, daemon=True)
+    thread.start()
+    assert files.send_tree(sender, str(source), "image", lambda name: name == "task-1") == 1
+    sender.close()
+    assert done.wait(10)
+    assert sorted(p.name for p in target.iterdir()) == ["inventory.img"]
+    assert (target / "inventory.img").read_bytes() == b"i" * 200_000
+    for bad in ({"area": "image", "path": "../outside"}, {"area": "image", "path": "/etc/x"},
+                {"area": "work", "path": "x"}, {"area": "image", "path": "."}):
+        with pytest.raises(ValueError):
+            receiver.begin({"op": "file", **bad})
+    assert not (tmp_path / "outside").exists()
+    with pytest.raises(ValueError, match="without a file"):
+        receiver.data(b"x")

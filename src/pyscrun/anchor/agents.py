@@ -8,6 +8,7 @@ import socket
 from pyscrun import log
 from pyscrun.anchor import protocol
 from pyscrun.channel import frames
+from pyscrun.channel.files import TreeReceiver
 from pyscrun.channel.peer import Peer
 
 # typing costs milliseconds at every start of the CLI: for type checkers only.
@@ -43,6 +44,7 @@ class AgentLink:
         self.task: str | None = None
         self.node = ""
         self.reported_exit = False  # an agent that said how its container ended
+        self.receiver: TreeReceiver | None = None  # its checkpoint images, if sent
 
     def send(self, message: dict[str, Any]) -> bool:
         return self.peer.send(frames.message(message))
@@ -101,6 +103,7 @@ class Agents:
         self.round_client = client
         agents_order = self.round.order_for_agents()
         for agent in list(self.connected):
+            agent.receiver = self.round.receiver(agent.task or "0")
             if not agent.send(agents_order):
                 self.round.lost(agent)
 
@@ -114,6 +117,11 @@ class Agents:
         if done is None or not done.complete:
             return None
         self.round = None
+        done.remove_probe()
+        for agent in self.connected:
+            if agent.receiver is not None:
+                agent.receiver.close()
+                agent.receiver = None
         errors = done.errors
         if errors:
             log.current.error(f"checkpoint failed: {'; '.join(errors)}")

@@ -14,12 +14,33 @@ import shutil
 import time
 
 from pyscrun.anchor.store import write_atomic
-from pyscrun.node.criu import MANIFEST, task_image_dir
+from pyscrun.channel.files import TreeReceiver
+from pyscrun.node.criu import MANIFEST, PROBE, task_image_dir, task_work_dir
 
 # typing costs milliseconds at every start of the CLI: for type checkers only.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+
+
+def place_probe(image_path: str) -> str:
+    """A file of a random name in the image path: a node that sees it shares the
+    directory (the cluster file system) and writes or reads the images there itself;
+    one that does not gets them over the channel."""
+    import secrets
+
+    os.makedirs(image_path, exist_ok=True)
+    probe = os.path.join(image_path, f".pyscrun-probe-{secrets.token_hex(8)}")
+    with open(probe, "x"):
+        pass
+    return probe
+
+
+def remove_probe(probe: str) -> None:
+    try:
+        os.unlink(probe)
+    except FileNotFoundError:
+        pass
 
 
 class CheckpointRound:
@@ -29,12 +50,22 @@ class CheckpointRound:
         self.tasks = tasks
         self.stop_after = len(tasks) > 1 and not order.get("leave_running")
         self.results: dict[object, str | None] = {}  # agent -> error (None: success)
+        self.probe = place_probe(str(order["image_path"]))
 
     def order_for_agents(self) -> dict[str, Any]:
         order = dict(self.order)
+        order[PROBE] = os.path.basename(self.probe)
         if self.stop_after:
             order["leave_running"] = True
         return order
+
+    def receiver(self, task_id: str) -> TreeReceiver:
+        """Where a task's images go when its node sends them over the channel."""
+        return TreeReceiver({"image": task_image_dir(str(self.order["image_path"]), task_id),
+                             "work": task_work_dir(self.order, task_id)})
+
+    def remove_probe(self) -> None:
+        remove_probe(self.probe)
 
     def record(self, agent: object, error: str | None) -> None:
         if agent in self.tasks:

@@ -17,17 +17,19 @@ import time
 
 from pyscrun import backends, jsonc, log, selfpipe
 from pyscrun.anchor import console, protocol
+from pyscrun.anchor.agent_port import AgentPort, send_images
 from pyscrun.anchor.agents import AgentLink, Agents, Connection
 from pyscrun.anchor.spawn import CreateRequest, write_all
 from pyscrun.anchor.staging import Staging
 from pyscrun.anchor.stdio import HIGH_WATER, CallerStdio, Sink
 from pyscrun.anchor.store import write_atomic
 from pyscrun.backends.base import Allocation, LaunchRequest, Step
-from pyscrun.channel import frames, tcp
-from pyscrun.channel.peer import Peer, PeerGone
+from pyscrun.channel import frames
 from pyscrun.conf import scrun_env
 from pyscrun.errors import InvalidState, ScrunError
+from pyscrun.node.criu import PROBE
 from pyscrun.oci.state import CREATED, RUNNING, STOPPED, ContainerState, process_start_time, shell_status
+from pyscrun.watch import watch
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -42,10 +44,6 @@ KILL_GRACE = 10.0
 # Once no node agent is left and one of them went without reporting its container's
 # end (killed, or its node died), how long the launcher may take to notice.
 AGENT_LOST_GRACE = 10.0
-# How long a connection to the agents' port may take to prove itself and say hello,
-# and how many may be doing so at once (the oldest is dropped for a newer one).
-HELLO_TIMEOUT = 10.0
-MAX_STRANGERS = 64
 # Once the step ended, how long its agents' last frames (output, status) may take to
 # arrive, and the caller to take the output.
 DRAIN_TIMEOUT = 10.0
@@ -66,13 +64,13 @@ class Anchor:
         self.step_status: int | None = None  # once the step ended
         self.drain_deadline: float | None = None
         self.listener: socket.socket | None = None
-        self.agent_listener: socket.socket | None = None
-        self.strangers: list[AgentLink] = []  # connected, not yet agents
+        self.agent_port: AgentPort | None = None
         self.terminal_fd: int | None = None
         self.agents = Agents()
         self.kill_deadline: float | None = None
         self.exit_status: int | None = None
         self.ready_fd: int | None = None  # open while a restore waits for its tasks
+        self.restore_probe = ""  # while a restore's nodes look for its image path
         # Clients of a checkpoint that stops the container, answered once it has.
         self.stopped_waiters: list[tuple[Connection, dict[str, Any]]] = []
         # The caller's stdio, while the agents stream the container's: srun's own
@@ -94,10 +92,10 @@ class Anchor:
         self.listener = protocol.listen(self.store.socket_path(self.state.id))
         self.listener.setblocking(False)
         self.selector.register(self.listener, selectors.EVENT_READ, "listen")
-        local = self.backend.name == "local"
-        self.agent_listener = tcp.listen(self.site.agent_port_range(), loopback_only=local)
-        self.agent_listener.setblocking(False)
-        self.selector.register(self.agent_listener, selectors.EVENT_READ, "agents")
+        self.agent_port = AgentPort(
+            self.selector, self.agents, self.secret, self.site.agent_port_range(),
+            loopback_only=self.backend.name == "local", on_event=self._agent_event,
+            on_output=self._agent_output, on_gone=self._agent_gone)
         if self.request.bundle.terminal:
             assert self.request.console_socket
             self.terminal_fd = console.open_console(
@@ -120,6 +118,10 @@ class Anchor:
         if self.request.pid_file:
             write_atomic(os.path.abspath(self.request.pid_file), str(os.getpid()).encode(), 0o644)
         if self.request.restore is not None:
+            from pyscrun.anchor.checkpointing import place_probe
+
+            self.restore_probe = place_probe(str(self.request.restore["image_path"]))
+            self.request.restore[PROBE] = os.path.basename(self.restore_probe)
             self._start()
 
     def run(self, ready_fd: int) -> NoReturn:
@@ -152,6 +154,7 @@ class Anchor:
         os._exit(status & 0xFF)
 
     def _report_ready(self, error: str | None) -> None:
+        self._remove_restore_probe()
         if self.ready_fd is None:
             return
         write_all(self.ready_fd, f"error {error}\n".encode() if error else b"ok\n")
@@ -160,7 +163,7 @@ class Anchor:
 
     # -- serving ---------------------------------------------------------------------
     def _deadlines(self) -> list[float]:
-        found = [link.deadline for link in self.strangers if link.deadline is not None]
+        found = self.agent_port.deadlines() if self.agent_port is not None else []
         return [d for d in (self.kill_deadline, self.drain_deadline, *found) if d is not None]
 
     def _serve(self) -> int:
@@ -172,8 +175,8 @@ class Anchor:
                 if self.exit_status is not None:
                     break
             now = time.monotonic()
-            for link in [s for s in self.strangers if s.deadline is not None and s.deadline <= now]:
-                self._refuse(link, "it did not say hello in time")
+            if self.agent_port is not None:
+                self.agent_port.expire(now)
             if (self.kill_deadline is not None and self.exit_status is None
                     and now >= self.kill_deadline):
                 self._force_stop()
@@ -185,47 +188,29 @@ class Anchor:
         """Watch each descriptor for what can be done now: agents are read unless the
         caller's output is backed up, written to while frames wait; the caller's stdin
         is read while task 0's agent takes it; output waits for the caller."""
-        full = self.stdio is not None and self.stdio.full()
-        for link in (*self.strangers, *self.agents.connected):
-            events = 0 if full and link.task is not None else selectors.EVENT_READ
-            if link.peer.pending:
-                events |= selectors.EVENT_WRITE
-            self._want(link.peer.sock, events, link)
+        if self.agent_port is not None:
+            self.agent_port.rearm(self.stdio is not None and self.stdio.full())
         if self.stdio is None:
             return
         for sink in self.stdio.sinks.values():
-            self._want(sink.fd, selectors.EVENT_WRITE if sink.pending else 0, sink)
+            watch(self.selector, sink.fd, selectors.EVENT_WRITE if sink.pending else 0, sink)
         taker = self.agents.stdin_taker()
         take = (self.stdio.stdin_fd >= 0 and taker is not None
                 and taker.peer.pending < HIGH_WATER)
         if self.stdio.stdin_fd >= 0:
-            self._want(self.stdio.stdin_fd, selectors.EVENT_READ if take else 0, "stdin")
-
-    def _want(self, fileobj: socket.socket | int, events: int, data: object) -> None:
-        key = self.selector.get_map().get(fileobj)
-        if key is None:
-            if events:
-                self.selector.register(fileobj, events, data)
-        elif not events:
-            self.selector.unregister(fileobj)
-        elif key.events != events:
-            self.selector.modify(fileobj, events, data)
+            watch(self.selector, self.stdio.stdin_fd, selectors.EVENT_READ if take else 0, "stdin")
 
     def _dispatch(self, key: selectors.SelectorKey, events: int) -> None:
         data = key.data
         if data == "listen":
             self._accept()
-        elif data == "agents":
-            self._accept_agent()
         elif data == "stdin":
             self._read_stdin()
         elif isinstance(data, Sink):
             data.flush()
-        elif isinstance(data, AgentLink):
-            if events & selectors.EVENT_WRITE and not data.peer.flush():
-                self._drop_agent(data, "")
-            elif events & selectors.EVENT_READ:
-                self._read_agent(data)
+        elif isinstance(data, AgentLink | AgentPort):
+            assert self.agent_port is not None
+            self.agent_port.ready(data, events)
         elif data == "signal":
             if any(s in _TERMINATING_SIGNALS for s in selfpipe.received(key.fileobj)):  # type: ignore[arg-type]
                 log.current.info("terminating on signal: cancelling the container")
@@ -255,62 +240,9 @@ class Anchor:
         self.exit_status = max([self.step_status, *self.agents.exit_statuses, *lost])
         self._report_ready(f"restore failed: {self.agents.last_error or 'the step ended'}")
 
-    # -- the agents' port --------------------------------------------------------------
-    def _accept_agent(self) -> None:
-        assert self.agent_listener is not None
-        try:
-            sock, _ = self.agent_listener.accept()
-        except OSError:
-            return
-        if len(self.strangers) >= MAX_STRANGERS:
-            self._refuse(self.strangers[0], "too many connections are waiting to say hello")
-        link = AgentLink(Peer.accepted(sock, self.secret), time.monotonic() + HELLO_TIMEOUT)
-        self.strangers.append(link)
-        self.selector.register(sock, selectors.EVENT_READ, link)
-
-    def _refuse(self, link: AgentLink, why: str) -> None:
-        log.current.error(f"refused a connection to the agents' port from {link.peer.address}: {why}")
-        self._drop_agent(link, why)
-
-    def _drop_agent(self, link: AgentLink, why: str) -> None:
-        if link in self.strangers:
-            self.strangers.remove(link)
-        self._want(link.peer.sock, 0, link)
-        link.peer.close()
-        if link.task is not None:
-            self.agents.gone(link)
-            self._answer_checkpoint()
-            self._give_up_on_lost_agents()
-
-    def _read_agent(self, link: AgentLink) -> None:
-        try:
-            received = link.peer.receive()
-        except PeerGone as gone:
-            if str(gone) and link.task is None:
-                self._refuse(link, str(gone))
-            else:
-                if str(gone):
-                    log.current.error(f"node agent of task {link.task}: {gone}")
-                self._drop_agent(link, str(gone))
-            return
-        for kind, payload in received:
-            if link.task is not None and kind in (frames.STDOUT, frames.STDERR):
-                if self.stdio is not None:
-                    self.stdio.output(kind, payload)
-                continue
-            try:
-                if kind != frames.MESSAGE:
-                    raise ValueError(f"a frame of kind {kind} from an agent")
-                message = frames.decode_message(payload)
-                if link.task is None:
-                    self._agent_hello(link, message)
-                else:
-                    self._agent_event(link, message)
-            except (ValueError, TypeError) as err:
-                self._refuse(link, str(err))
-                return
-            if link.peer.sock.fileno() < 0:
-                return
+    def _agent_output(self, kind: int, data: bytes) -> None:
+        if self.stdio is not None:
+            self.stdio.output(kind, data)
 
     def _read_stdin(self) -> None:
         assert self.stdio is not None
@@ -320,24 +252,8 @@ class Anchor:
             return
         taker.peer.send(frames.frame(frames.STDIN, data))
         if not data:
-            self._want(self.stdio.stdin_fd, 0, "stdin")
+            watch(self.selector, self.stdio.stdin_fd, 0, "stdin")
             self.stdio.close_stdin()
-
-    def _agent_hello(self, link: AgentLink, message: dict[str, Any]) -> None:
-        op = message.get("op")
-        if op == "agent-error":
-            self.agents.last_error = str(message.get("message", ""))
-            log.current.error(f"node agent: {self.agents.last_error}")
-            self.strangers.remove(link)
-            link.deadline = None
-            return
-        if op != "agent-hello":
-            raise ValueError(f"expected a hello, got {op!r}")
-        task, node = message.get("task"), message.get("node")
-        if not isinstance(task, str) or not task.isdigit() or not isinstance(node, str):
-            raise ValueError("a hello without its task and node")
-        self.strangers.remove(link)
-        self.agents.hello(link, task, node)
 
     def _accept(self) -> None:
         assert self.listener is not None
@@ -354,7 +270,8 @@ class Anchor:
         self.selector.unregister(client.conn)
         client.conn.close()
 
-    def _give_up_on_lost_agents(self) -> None:
+    def _agent_gone(self, link: AgentLink) -> None:
+        self._answer_checkpoint()
         if self.agents.lost and not self.agents.connected and self.step is not None:
             # srun waits for the task of a dead node until slurmctld declares the
             # node down (SlurmdTimeout, minutes): the anchor does not wait that long.
@@ -392,6 +309,13 @@ class Anchor:
         return {"ok": True, "state": self.state.oci_document()}
 
     def _agent_event(self, agent: AgentLink, message: dict[str, Any]) -> None:
+        op = message.get("op")
+        if op == "file" and agent.receiver is not None:
+            agent.receiver.begin(message)
+            return
+        if op == "send-images":
+            send_images(agent, self.request.restore)
+            return
         event = message.get("event")
         if event == "exit":
             status = message.get("status")
@@ -413,13 +337,13 @@ class Anchor:
     def _start(self) -> None:
         if self.state.status != CREATED:
             raise InvalidState(f"cannot start a container that is {self.state.status}")
-        assert self.allocation is not None and self.agent_listener is not None
+        assert self.allocation is not None and self.agent_port is not None
         self.state.status = RUNNING
         self.store.save(self.state)
         agent_env = {
             "PYSCRUN_AGENT_CONTAINER_ID": self.state.id,
             "PYSCRUN_AGENT_BUNDLE": self.staging.bundle,
-            "PYSCRUN_AGENT_PORT": str(tcp.port_of(self.agent_listener)),
+            "PYSCRUN_AGENT_PORT": str(self.agent_port.port),
             "PYSCRUN_AGENT_SECRET": self.secret.hex(),
             "PYSCRUN_AGENT_JOB_ID": self.allocation.job_id,
             # The step's command, as srun gives it: what IgnoreFileConfigJson runs.
@@ -508,7 +432,15 @@ class Anchor:
             self.exit_status = 128 + signal.SIGKILL
 
     # -- the end -----------------------------------------------------------------------
+    def _remove_restore_probe(self) -> None:
+        if self.restore_probe:
+            from pyscrun.anchor.checkpointing import remove_probe
+
+            remove_probe(self.restore_probe)
+            self.restore_probe = ""
+
     def _release(self) -> None:
+        self._remove_restore_probe()
         if self.allocation is not None:
             try:
                 self.backend.release(self.site, self.allocation)
@@ -522,9 +454,9 @@ class Anchor:
             except FileNotFoundError:
                 pass
             self.listener = None
-        if self.agent_listener is not None:
-            self.agent_listener.close()
-            self.agent_listener = None
+        if self.agent_port is not None:
+            self.agent_port.close()
+            self.agent_port = None
 
     def _finish(self, status: int) -> int:
         if self.stdio is not None:

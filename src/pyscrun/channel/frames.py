@@ -20,7 +20,9 @@ STREAMS = (STDIN, STDOUT, STDERR)
 MESSAGE = ord("m")
 CHALLENGE = ord("c")
 RESPONSE = ord("r")
-KINDS = frozenset((*STREAMS, MESSAGE, CHALLENGE, RESPONSE))
+# Data of the file a `file` message announced; empty: that file is complete.
+FILE = ord("f")
+KINDS = frozenset((*STREAMS, MESSAGE, CHALLENGE, RESPONSE, FILE))
 # Stream data is sent in pieces of at most this much; a bigger frame is refused.
 MAX_DATA = 1 << 16
 MAX_MESSAGE = 1 << 20

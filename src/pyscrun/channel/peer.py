@@ -37,9 +37,11 @@ class Peer:
         # Dialer side: frames that came with the listener's proof.
         self.early: list[tuple[int, bytes]] = []
         try:
-            self.address = str(sock.getpeername()[0])
+            name = sock.getpeername()
         except OSError:
-            self.address = "?"
+            name = "?"
+        # (host, port, ...) for TCP; a path, or nothing, for a Unix socket.
+        self.address = str(name[0]) if isinstance(name, tuple) else (str(name) or "a local peer")
 
     @classmethod
     def accepted(cls, sock: socket.socket, secret: bytes) -> Peer:

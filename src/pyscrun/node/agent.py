@@ -17,18 +17,24 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from pyscrun import log, selfpipe
 from pyscrun.channel import frames, peer, tcp
 from pyscrun.conf import site
 from pyscrun.conf.ociconf import OciConf
 from pyscrun.errors import RuntimeCommandError, ScrunError
-from pyscrun.node import criu
+from pyscrun.node import criu, images
 from pyscrun.node.guard import Guard
 from pyscrun.node.runtime import RuntimeCommands, stop_and_delete
 from pyscrun.node.stdio import ContainerStdio
 from pyscrun.node.task import Task, TaskIdentity
 from pyscrun.oci.state import process_start_time, shell_status
+from pyscrun.watch import watch
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 _FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
                       signal.SIGUSR1, signal.SIGUSR2, signal.SIGCONT)
@@ -48,6 +54,7 @@ class Agent:
         self.selector = selectors.DefaultSelector()
         self.control: peer.Peer | None = None
         self.stdio: ContainerStdio | None = None
+        self.task_dir: Path | None = None
         self.commands: RuntimeCommands | None = None
         self.process: subprocess.Popen[bytes] | None = None
         # The runtime process waited for: the shell that runs RunTimeRun or
@@ -84,14 +91,7 @@ class Agent:
         events = 0 if self.stdio is not None and self.stdio.stdin_full() else selectors.EVENT_READ
         if self.control.pending:
             events |= selectors.EVENT_WRITE
-        key = self.selector.get_map().get(self.control.sock)
-        if key is None:
-            if events:
-                self.selector.register(self.control.sock, events, "control")
-        elif not events:
-            self.selector.unregister(self.control.sock)
-        elif key.events != events:
-            self.selector.modify(self.control.sock, events, "control")
+        watch(self.selector, self.control.sock, events, "control")
         if self.stdio is not None:
             self.stdio.balance()
 
@@ -136,12 +136,13 @@ class Agent:
             self.control.send(frames.message(message))
             self._rearm()
 
-    def _checkpoint(self, order: dict[str, object]) -> None:
+    def _checkpoint(self, order: dict[str, Any]) -> None:
         error = None
         try:
-            if self.commands is None:
+            if self.commands is None or self.task_dir is None:
                 raise RuntimeCommandError("the container is not running yet")
-            criu.checkpoint(self.commands, order, self.ident.task_id)
+            images.checkpoint(self.control, self.commands, order, self.ident.task_id,
+                              self.task_dir)
         except (ScrunError, OSError) as err:
             error = str(err)
         self._send({"event": "checkpointed", "error": error})
@@ -276,8 +277,12 @@ class Agent:
         self._set_pid(self.process.pid, runtime=True)
         return self._wait_runtime()
 
-    def restore_mode(self, commands: RuntimeCommands, order: dict[str, object]) -> int:
+    def restore_mode(self, commands: RuntimeCommands, order: dict[str, Any]) -> int:
         """Restore the task's container from its images, in the foreground like run."""
+        if not criu.images_here(order):
+            assert self.task_dir is not None
+            order = images.fetch(self.control, order, self.ident.task_id, self.task_dir,
+                                 self._handle)
         self.process = self._spawn(commands, "RunTimeRestore",
                                    criu.restore_args(order, self.ident.task_id))
         self.runtime_pid = self.process.pid
@@ -318,6 +323,7 @@ class Agent:
 
     def main(self) -> int:
         task = Task(self.conf, self.ident, self.env)
+        self.task_dir = task.dir
         selfpipe.install(self.selector, _FORWARDED_SIGNALS, "signal")
         self.connect()
         try:

@@ -23,6 +23,7 @@ PASSED_ON = {
     "empty_ns": True, "auto_dedup": False, "manage_cgroups_mode": True,
 }
 MANIFEST = "pyscrun-checkpoint.json"
+PROBE = "probe"
 
 
 def task_image_dir(image_path: str, task_id: str) -> str:
@@ -30,14 +31,36 @@ def task_image_dir(image_path: str, task_id: str) -> str:
     return image_path if task_id == "0" else os.path.join(image_path, f"task-{task_id}")
 
 
-def _work_dir(order: Mapping[str, Any], image_dir: str, task_id: str) -> str:
+def other_task(name: str) -> bool:
+    """Whether an entry at the top of the image path holds another task's images (task
+    0's sit at the top itself)."""
+    return name.startswith("task-") and name[5:].isdigit()
+
+
+def task_work_dir(order: Mapping[str, Any], task_id: str) -> str:
     """CRIU's logs and stats-dump; podman reads task 0's from the top of --work-path."""
     work_path = str(order.get("work_path") or "")
-    if not work_path:
-        return image_dir
-    work_dir = task_image_dir(work_path, task_id)
+    return task_image_dir(work_path or str(order["image_path"]), task_id)
+
+
+def _work_dir(order: Mapping[str, Any], task_id: str) -> str:
+    work_dir = task_work_dir(order, task_id)
     os.makedirs(work_dir, exist_ok=True)
     return work_dir
+
+
+def images_here(order: Mapping[str, Any]) -> bool:
+    """Whether this node sees the image path the caller gave (the cluster file system):
+    the anchor left a probe file of a random name there for the nodes to find."""
+    probe = order.get(PROBE)
+    return not probe or os.path.exists(os.path.join(str(order["image_path"]), str(probe)))
+
+
+def local_order(order: Mapping[str, Any], local_dir: str) -> dict[str, Any]:
+    """The order with images and logs in a directory of this node: what the channel
+    then carries to or from the caller's image path."""
+    return {**order, "image_path": os.path.join(local_dir, "images"),
+            "work_path": os.path.join(local_dir, "work"), PROBE: None}
 
 
 def _options(order: Mapping[str, Any]) -> list[str]:
@@ -63,7 +86,7 @@ def checkpoint(commands: RuntimeCommands, order: Mapping[str, Any], task_id: str
     """Dump the container into its task's image dir; returns that dir."""
     image_dir = task_image_dir(str(order["image_path"]), task_id)
     os.makedirs(image_dir, exist_ok=True)
-    work_dir = _work_dir(order, image_dir, task_id)
+    work_dir = _work_dir(order, task_id)
     args = ["--image-path", image_dir, "--work-path", work_dir, *_options(order)]
     if order.get("leave_running"):
         args.append("--leave-running")
@@ -75,5 +98,5 @@ def restore_args(order: Mapping[str, Any], task_id: str) -> list[str]:
     image_dir = task_image_dir(str(order["image_path"]), task_id)
     if not os.path.isfile(os.path.join(image_dir, "inventory.img")):
         raise RuntimeCommandError(f"no checkpoint images for task {task_id} in {image_dir}")
-    work_dir = _work_dir(order, image_dir, task_id)
+    work_dir = _work_dir(order, task_id)
     return ["--image-path", image_dir, "--work-path", work_dir, *_options(order)]

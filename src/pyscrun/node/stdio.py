@@ -14,6 +14,7 @@ import time
 
 from pyscrun.channel import frames
 from pyscrun.channel.peer import Peer
+from pyscrun.watch import watch
 
 # Bytes waiting to reach the anchor (or the container's stdin) beyond which the agent
 # stops taking more.
@@ -21,6 +22,8 @@ HIGH_WATER = 1 << 20
 
 
 class ContainerStdio:
+    STDIN_KEY = ("stdin", 0)
+
     def __init__(self, peer: Peer, with_stdin: bool) -> None:
         self.peer = peer
         stdin_r, self.stdin_w = os.pipe() if with_stdin else (os.open(os.devnull, os.O_RDONLY), -1)
@@ -107,11 +110,8 @@ class ContainerStdio:
                 break
             del self.stdin_data[:written]
         if self.selector is not None:
-            registered = self.stdin_w in self.selector.get_map()
-            if self.stdin_data and not registered:
-                self.selector.register(self.stdin_w, selectors.EVENT_WRITE, ("stdin", 0))
-            elif not self.stdin_data and registered:
-                self.selector.unregister(self.stdin_w)
+            watch(self.selector, self.stdin_w, selectors.EVENT_WRITE if self.stdin_data else 0,
+                  self.STDIN_KEY)
         if self.stdin_ended and not self.stdin_data:
             os.close(self.stdin_w)
             self.stdin_w = -1

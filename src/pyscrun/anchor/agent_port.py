@@ -1,0 +1,165 @@
+"""The anchor's port for its node agents: who connects, who proves to be one of the
+container's agents, and what they send.
+
+A connection has HELLO_TIMEOUT to prove it holds the container's secret and say hello,
+and at most MAX_STRANGERS may be doing so at once; one that cannot, or sends anything
+malformed, is dropped with one log line and changes nothing.
+"""
+
+from __future__ import annotations
+
+import selectors
+import time
+
+from pyscrun import log
+from pyscrun.anchor.agents import AgentLink, Agents
+from pyscrun.channel import files, frames, tcp
+from pyscrun.channel.peer import Peer, PeerGone
+from pyscrun.errors import ScrunError
+from pyscrun.node.criu import other_task, task_image_dir
+from pyscrun.watch import watch
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+HELLO_TIMEOUT = 10.0
+MAX_STRANGERS = 64
+
+
+class AgentPort:
+    def __init__(self, selector: selectors.BaseSelector, agents: Agents, secret: bytes,
+                 port_range: tuple[int, int] | None, loopback_only: bool,
+                 on_event: Callable[[AgentLink, dict[str, Any]], None],
+                 on_output: Callable[[int, bytes], None],
+                 on_gone: Callable[[AgentLink], None]) -> None:
+        self.selector = selector
+        self.agents = agents
+        self.secret = secret
+        self.on_event, self.on_output, self.on_gone = on_event, on_output, on_gone
+        self.listener = tcp.listen(port_range, loopback_only=loopback_only)
+        self.listener.setblocking(False)
+        self.port = tcp.port_of(self.listener)
+        self.strangers: list[AgentLink] = []  # connected, not agents (yet)
+        selector.register(self.listener, selectors.EVENT_READ, self)
+
+    def deadlines(self) -> list[float]:
+        return [link.deadline for link in self.strangers if link.deadline is not None]
+
+    def expire(self, now: float) -> None:
+        for link in [s for s in self.strangers if s.deadline is not None and s.deadline <= now]:
+            self.refuse(link, "it did not say hello in time")
+
+    def rearm(self, output_full: bool) -> None:
+        """Agents are read unless the caller's output is backed up (strangers always),
+        written to while frames wait."""
+        for link in (*self.strangers, *self.agents.connected):
+            events = 0 if output_full and link.task is not None else selectors.EVENT_READ
+            if link.peer.pending:
+                events |= selectors.EVENT_WRITE
+            watch(self.selector, link.peer.sock, events, link)
+
+    def ready(self, data: object, events: int) -> None:
+        """A selector event of this port: the listener's (data is self) or a link's."""
+        if data is self:
+            self._accept()
+        elif isinstance(data, AgentLink):
+            if events & selectors.EVENT_WRITE and not data.peer.flush():
+                self._drop(data)
+            elif events & selectors.EVENT_READ:
+                self._read(data)
+
+    def close(self) -> None:
+        self.listener.close()
+
+    def _accept(self) -> None:
+        try:
+            sock, _ = self.listener.accept()
+        except OSError:
+            return
+        if len(self.strangers) >= MAX_STRANGERS:
+            self.refuse(self.strangers[0], "too many connections are waiting to say hello")
+        link = AgentLink(Peer.accepted(sock, self.secret), time.monotonic() + HELLO_TIMEOUT)
+        self.strangers.append(link)
+        self.selector.register(sock, selectors.EVENT_READ, link)
+
+    def refuse(self, link: AgentLink, why: str) -> None:
+        log.current.error(f"refused a connection to the agents' port from {link.peer.address}: {why}")
+        self._drop(link)
+
+    def _drop(self, link: AgentLink) -> None:
+        if link in self.strangers:
+            self.strangers.remove(link)
+        watch(self.selector, link.peer.sock, 0, link)
+        link.peer.close()
+        if link.task is not None:
+            self.agents.gone(link)
+            self.on_gone(link)
+
+    def _read(self, link: AgentLink) -> None:
+        try:
+            received = link.peer.receive()
+        except PeerGone as gone:
+            if str(gone) and link.task is None:
+                self.refuse(link, str(gone))
+                return
+            if str(gone):
+                log.current.error(f"node agent of task {link.task}: {gone}")
+            self._drop(link)
+            return
+        for kind, payload in received:
+            try:
+                self._take(link, kind, payload)
+            except (ValueError, TypeError, OSError) as err:
+                self.refuse(link, str(err))
+                return
+            if link.peer.sock.fileno() < 0:
+                return
+
+    def _take(self, link: AgentLink, kind: int, payload: bytes) -> None:
+        if link.task is not None and kind in (frames.STDOUT, frames.STDERR):
+            self.on_output(kind, payload)
+        elif kind == frames.FILE and link.receiver is not None:
+            link.receiver.data(payload)
+        elif kind != frames.MESSAGE:
+            raise ValueError(f"a frame of kind {kind} from an agent")
+        elif link.task is None:
+            self._hello(link, frames.decode_message(payload))
+        else:
+            message = frames.decode_message(payload)
+            if message.get("op") == "file" and link.receiver is not None:
+                link.receiver.begin(message)
+            else:
+                self.on_event(link, message)
+
+    def _hello(self, link: AgentLink, message: dict[str, Any]) -> None:
+        op = message.get("op")
+        if op == "agent-error":
+            self.agents.last_error = str(message.get("message", ""))
+            log.current.error(f"node agent: {self.agents.last_error}")
+            self.strangers.remove(link)
+            link.deadline = None
+            return
+        if op != "agent-hello":
+            raise ValueError(f"expected a hello, got {op!r}")
+        task, node = message.get("task"), message.get("node")
+        if not isinstance(task, str) or not task.isdigit() or not isinstance(node, str):
+            raise ValueError("a hello without its task and node")
+        self.strangers.remove(link)
+        self.agents.hello(link, task, node)
+
+
+def send_images(link: AgentLink, restore: dict[str, Any] | None) -> None:
+    """A restoring task's node does not see the image path: its images, over the
+    channel (task 0's are the top of the image path, without the other tasks')."""
+    error = None
+    try:
+        if restore is None:
+            raise ScrunError("this container is not being restored")
+        task = link.task or "0"
+        files.send_tree(link.peer, task_image_dir(str(restore["image_path"]), task), "image",
+                        other_task if task == "0" else None)
+    except (ScrunError, OSError) as err:
+        error = str(err)
+    link.send({"op": "images-sent", "error": error})

@@ -1,0 +1,86 @@
+"""Directory trees across the channel: checkpoint images between a node and the login
+host when no file system is shared between them.
+
+A tree goes as one `{"op":"file","area":A,"path":P}` message per regular file, its
+bytes in FILE frames, an empty FILE frame at its end. The receiver writes each file
+below the directory it gave that area and refuses any path that would leave it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+from pyscrun.channel import frames
+from pyscrun.channel.peer import Peer
+from pyscrun.errors import ChannelError
+
+SEND_TIMEOUT = 120.0
+# Sent data waits in the peer's buffer up to this much before the sender waits.
+HIGH_WATER = 1 << 22
+
+
+def send_tree(peer: Peer, root: str, area: str,
+              skip: Callable[[str], bool] | None = None) -> int:
+    """Every regular file below root (top-level entries matching skip left out);
+    the number of files sent."""
+    sent = 0
+    for directory, subdirs, names in os.walk(root):
+        relative = os.path.relpath(directory, root)
+        if relative == "." and skip is not None:
+            subdirs[:] = [d for d in subdirs if not skip(d)]
+            names = [n for n in names if not skip(n)]
+        for name in sorted(names):
+            path = os.path.join(directory, name)
+            if not os.path.isfile(path) or os.path.islink(path):
+                continue
+            peer.send(frames.message({"op": "file", "area": area,
+                                      "path": os.path.normpath(os.path.join(relative, name))}))
+            with open(path, "rb") as source:
+                while chunk := source.read(frames.MAX_DATA):
+                    peer.send(frames.frame(frames.FILE, chunk))
+                    if peer.pending >= HIGH_WATER and not peer.flush_blocking(SEND_TIMEOUT):
+                        raise ChannelError("the other end stopped taking the files")
+            peer.send(frames.frame(frames.FILE))
+            sent += 1
+    if not peer.flush_blocking(SEND_TIMEOUT):
+        raise ChannelError("the other end stopped taking the files")
+    return sent
+
+
+class TreeReceiver:
+    """Files arriving for the areas given (area -> the directory they go below)."""
+
+    def __init__(self, areas: dict[str, str]) -> None:
+        self.areas = areas
+        self.fd = -1
+
+    def begin(self, message: dict[str, object]) -> None:
+        """A `file` message: the file its FILE frames fill. ValueError if it would
+        land outside its area, or names none of them."""
+        self.close()
+        area, path = message.get("area"), message.get("path")
+        if not isinstance(area, str) or area not in self.areas or not isinstance(path, str):
+            raise ValueError(f"a file for no known place ({area!r})")
+        root = os.path.realpath(self.areas[area])
+        target = os.path.realpath(os.path.join(root, path))
+        if os.path.isabs(path) or os.path.commonpath((root, target)) != root or target == root:
+            raise ValueError(f"a file outside its place: {path!r}")
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        self.fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+                          | os.O_CLOEXEC, 0o600)
+
+    def data(self, payload: bytes) -> None:
+        if self.fd < 0:
+            raise ValueError("file data without a file")
+        if not payload:
+            self.close()
+            return
+        view = memoryview(payload)
+        while view:
+            view = view[os.write(self.fd, view):]
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1

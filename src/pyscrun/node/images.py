@@ -1,0 +1,72 @@
+"""A task's checkpoint images where the node does not see the caller's image path:
+dumped into the task dir and sent to the anchor over the channel, or fetched from it
+before a restore. Where the node sees the path (the cluster file system) nothing moves.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from pyscrun.channel import files, frames, peer
+from pyscrun.errors import RuntimeCommandError
+from pyscrun.node import criu
+from pyscrun.node.runtime import RuntimeCommands
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+LOCAL_DIR = "checkpoint"
+
+
+def checkpoint(control: peer.Peer | None, commands: RuntimeCommands, order: dict[str, Any],
+               task_id: str, task_dir: Path) -> None:
+    if criu.images_here(order):
+        criu.checkpoint(commands, order, task_id)
+        return
+    if control is None:
+        raise RuntimeCommandError("no anchor to send the checkpoint images to")
+    here = criu.local_order(order, str(task_dir / LOCAL_DIR))
+    try:
+        criu.checkpoint(commands, here, task_id)
+        files.send_tree(control, criu.task_image_dir(here["image_path"], task_id), "image")
+        files.send_tree(control, criu.task_work_dir(here, task_id), "work")
+    finally:
+        shutil.rmtree(task_dir / LOCAL_DIR, ignore_errors=True)
+
+
+def fetch(control: peer.Peer | None, order: dict[str, Any], task_id: str, task_dir: Path,
+          other: Callable[[list[tuple[int, bytes]]], None]) -> dict[str, Any]:
+    """The task's images from the anchor into the task dir (frames that are not part
+    of them go to other); the order that restores from there."""
+    if control is None:
+        raise RuntimeCommandError("no anchor to fetch the checkpoint images from")
+    here = criu.local_order(order, str(task_dir / LOCAL_DIR))
+    receiver = files.TreeReceiver({"image": criu.task_image_dir(here["image_path"], task_id)})
+    os.makedirs(receiver.areas["image"], exist_ok=True)
+    control.send(frames.message({"op": "send-images"}))
+    control.sock.setblocking(True)
+    control.sock.settimeout(files.SEND_TIMEOUT)
+    try:
+        while True:
+            control.flush()
+            for kind, payload in control.receive():
+                message = frames.decode_message(payload) if kind == frames.MESSAGE else {}
+                if kind == frames.FILE:
+                    receiver.data(payload)
+                elif message.get("op") == "file":
+                    receiver.begin(message)
+                elif message.get("op") == "images-sent":
+                    if message.get("error"):
+                        raise RuntimeCommandError(f"fetching the images: {message['error']}")
+                    return here
+                else:
+                    other([(kind, payload)])
+    except (peer.PeerGone, TimeoutError, ValueError) as err:
+        raise RuntimeCommandError(f"fetching the checkpoint images failed: {err}") from None
+    finally:
+        receiver.close()
+        control.sock.setblocking(False)
