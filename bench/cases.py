@@ -193,14 +193,16 @@ def login_memory(rt: Runtimes) -> list[Result]:
     plain `srun sleep` of the same cluster (what Slurm's own scrun keeps besides its
     anchor)."""
     name = f"mem{uuid.uuid4().hex[:8]}"
-    code = _podman(str(rt.slurm), "run", "-d", "--name", name, IMAGE, "sleep", "100000")[1]
-    assert code == 0
+    started = subprocess.run(["podman", "--runtime", str(rt.slurm), "run", "-d", "--name", name,
+                              IMAGE, "sleep", "100000"], env=podman_env(), capture_output=True,
+                             text=True, check=True)
+    container_id = started.stdout.strip()
     srun = subprocess.Popen(["srun", "-N1", "sleep", "100000"], stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env={**podman_env(), "SLURM_CONF": str(rt.slurm_conf)})
     try:
-        state = subprocess.run([str(rt.slurm), "state", name], capture_output=True, text=True,
-                               check=True).stdout
+        state = subprocess.run([str(rt.slurm), "state", container_id], capture_output=True,
+                               text=True, check=True).stdout
         anchor = int(json.loads(state)["pid"])
         time.sleep(2)
         mine = sum(_pss_mib(pid) for pid in [anchor, *_descendants(anchor)])
