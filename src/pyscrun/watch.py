@@ -1,9 +1,11 @@
-"""Selector registrations kept to what a descriptor is wanted for right now."""
+"""Non-blocking descriptors in selector loops: what each is watched for right now, and
+writing out what waits for one."""
 
 from __future__ import annotations
 
 import selectors
 import socket
+from collections.abc import Callable
 
 
 def watch(selector: selectors.BaseSelector, fileobj: socket.socket | int, events: int,
@@ -18,3 +20,18 @@ def watch(selector: selectors.BaseSelector, fileobj: socket.socket | int, events
         selector.unregister(fileobj)
     elif key.events != events or key.data is not data:
         selector.modify(fileobj, events, data)
+
+
+def drain(waiting: bytearray, write: Callable[[bytearray], int]) -> bool:
+    """Write out as much of waiting as the descriptor takes now, removing it from
+    waiting. False if the reader is gone: what waited is dropped, it has nowhere to go."""
+    while waiting:
+        try:
+            written = write(waiting)
+        except BlockingIOError:
+            return True
+        except OSError:
+            waiting.clear()
+            return False
+        del waiting[:written]
+    return True

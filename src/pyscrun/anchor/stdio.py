@@ -15,6 +15,7 @@ import stat
 import time
 
 from pyscrun.channel import frames
+from pyscrun.watch import drain
 
 HIGH_WATER = 1 << 20
 
@@ -49,19 +50,11 @@ class Sink:
         self.flush()
 
     def flush(self) -> None:
-        while self.out:
-            try:
-                if self.sock is not None:
-                    written = self.sock.send(self.out, socket.MSG_DONTWAIT)
-                else:
-                    written = os.write(self.fd, self.out)
-            except BlockingIOError:
-                return
-            except OSError:
-                # The reader is gone: the container's output has nowhere to go.
-                self.out.clear()
-                return
-            del self.out[:written]
+        sock = self.sock
+        if sock is not None:
+            drain(self.out, lambda data: sock.send(data, socket.MSG_DONTWAIT))
+        else:
+            drain(self.out, lambda data: os.write(self.fd, data))
 
     def close(self) -> None:
         if self.sock is not None:

@@ -13,6 +13,7 @@ import time
 
 from pyscrun.channel import auth, frames, tcp
 from pyscrun.errors import ChannelError
+from pyscrun.watch import drain
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -68,16 +69,7 @@ class Peer:
         return self.flush()
 
     def flush(self) -> bool:
-        while self.out:
-            try:
-                sent = self.sock.send(self.out)
-            except BlockingIOError:
-                return True
-            except OSError:
-                self.out.clear()
-                return False
-            del self.out[:sent]
-        return True
+        return drain(self.out, self.sock.send)
 
     def flush_blocking(self, timeout: float) -> bool:
         """Send everything queued, waiting up to timeout; False if it could not."""

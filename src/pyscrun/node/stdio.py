@@ -14,7 +14,7 @@ import time
 
 from pyscrun.channel import frames
 from pyscrun.channel.peer import Peer
-from pyscrun.watch import watch
+from pyscrun.watch import drain, watch
 
 # Bytes waiting to reach the anchor (or the container's stdin) beyond which the agent
 # stops taking more.
@@ -99,16 +99,8 @@ class ContainerStdio:
     def write_stdin(self) -> None:
         if self.stdin_w < 0:
             return
-        while self.stdin_data:
-            try:
-                written = os.write(self.stdin_w, self.stdin_data)
-            except BlockingIOError:
-                break
-            except OSError:
-                # The container closed its stdin: what is left has nowhere to go.
-                self.stdin_data.clear()
-                break
-            del self.stdin_data[:written]
+        stdin_w = self.stdin_w
+        drain(self.stdin_data, lambda data: os.write(stdin_w, data))
         if self.selector is not None:
             watch(self.selector, self.stdin_w, selectors.EVENT_WRITE if self.stdin_data else 0,
                   self.STDIN_KEY)
