@@ -3,6 +3,7 @@ writing out what waits for one."""
 
 from __future__ import annotations
 
+import fcntl
 import selectors
 import socket
 from collections.abc import Callable
@@ -35,3 +36,15 @@ def drain(waiting: bytearray, write: Callable[[bytearray], int]) -> bool:
             return False
         del waiting[:written]
     return True
+
+
+# A pipe's buffer as large as an unprivileged process may make it (pipe-max-size's
+# default): fewer, bigger reads and writes for a stream.
+PIPE_SIZE = 1 << 20
+
+
+def widen_pipe(fd: int) -> None:
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
+    except OSError:
+        pass  # a site's pipe-max-size below it: the default size works too

@@ -15,7 +15,7 @@ import stat
 import time
 
 from pyscrun.channel import frames
-from pyscrun.watch import drain
+from pyscrun.watch import drain, widen_pipe
 
 HIGH_WATER = 1 << 20
 
@@ -38,6 +38,7 @@ class Sink:
             else:
                 os.close(fd)
                 self.fd = own
+            widen_pipe(self.fd)
         elif stat.S_ISSOCK(mode):
             self.sock = socket.socket(fileno=fd)
 

@@ -24,7 +24,7 @@ RESPONSE = ord("r")
 FILE = ord("f")
 KINDS = frozenset((*STREAMS, MESSAGE, CHALLENGE, RESPONSE, FILE))
 # Stream data is sent in pieces of at most this much; a bigger frame is refused.
-MAX_DATA = 1 << 16
+MAX_DATA = 1 << 18
 MAX_MESSAGE = 1 << 20
 
 

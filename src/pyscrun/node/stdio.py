@@ -14,7 +14,7 @@ import time
 
 from pyscrun.channel import frames
 from pyscrun.channel.peer import Peer
-from pyscrun.watch import drain, watch
+from pyscrun.watch import drain, watch, widen_pipe
 
 # Bytes waiting to reach the anchor (or the container's stdin) beyond which the agent
 # stops taking more.
@@ -34,6 +34,7 @@ class ContainerStdio:
         self.outputs = {out_r: frames.STDOUT, err_r: frames.STDERR}
         for fd in self.outputs:
             os.set_blocking(fd, False)
+            widen_pipe(fd)
         if self.stdin_w >= 0:
             os.set_blocking(self.stdin_w, False)
         self.stdin_data = bytearray()
