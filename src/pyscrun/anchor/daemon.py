@@ -309,11 +309,7 @@ class Anchor:
         return {"ok": True, "state": self.state.oci_document()}
 
     def _agent_event(self, agent: AgentLink, message: dict[str, Any]) -> None:
-        op = message.get("op")
-        if op == "file" and agent.receiver is not None:
-            agent.receiver.begin(message)
-            return
-        if op == "send-images":
+        if message.get("op") == "send-images":
             send_images(agent, self.request.restore)
             return
         event = message.get("event")
