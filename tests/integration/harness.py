@@ -73,6 +73,11 @@ class Runtime:
         if self.slurm_conf.is_symlink():
             write_node_conf(self.slurm_conf.resolve(), name, text)
 
+    def anchor_pid(self, container_id: str) -> int:
+        """The pid of the container's anchor, from its state file (callers are given
+        the stand-in's pid, not this one)."""
+        return int(json.loads((self.root / container_id / "state.json").read_text())["pid"])
+
     def log_errors(self) -> list[str]:
         """The runtime's logged errors, for a failure's message."""
         try:

@@ -158,7 +158,7 @@ def test_kill_9_of_the_local_node_agent_reports_stopped(tmp_path: Path, when: st
     runtime, leaks = private_runtime(tmp_path)
     bundle = make_bundle(tmp_path, ["sleep", "1000"])
     assert runtime.scrun("create", "-b", str(bundle), "victim").returncode == 0
-    anchor = int(json.loads(runtime.scrun("state", "victim").stdout)["pid"])
+    anchor = runtime.anchor_pid("victim")
     assert runtime.scrun("start", "victim").returncode == 0
     wait_for(lambda: len(local_agent_pids(anchor)) == 1, 10, "the node agent")
     if when == "while it starts":

@@ -69,7 +69,7 @@ def test_state_says_stopped_after_the_anchor_crashes(local_runtime: Runtime, tmp
     bundle = make_bundle(tmp_path, ["sleep", "917331"])  # a number no other test uses
     assert local_runtime.scrun("create", "-b", str(bundle), "crash").returncode == 0
     assert local_runtime.scrun("start", "crash").returncode == 0
-    anchor = int(_state(local_runtime, "crash")["pid"])  # type: ignore[call-overload]
+    anchor = local_runtime.anchor_pid("crash")
     os.kill(anchor, signal.SIGKILL)
     wait_for(lambda: _state(local_runtime, "crash")["status"] == "stopped", 10, "stopped")
     # The node agent notices its anchor is gone and ends the container.

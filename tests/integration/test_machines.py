@@ -218,7 +218,7 @@ def test_output_across_machines_is_complete_ordered_and_waits_for_a_slow_reader(
     os.close(write_end)
     try:
         assert created.returncode == 0, runtime.log_errors()
-        anchor = int(json.loads(runtime.scrun("state", "big").stdout)["pid"])
+        anchor = runtime.anchor_pid("big")
         assert runtime.scrun("start", "big").returncode == 0
         time.sleep(SLOW_READER_PAUSE)
         rss = _rss(anchor)

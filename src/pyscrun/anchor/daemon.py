@@ -76,10 +76,12 @@ class Anchor:
         # The caller's stdio, while the agents stream the container's: srun's own
         # forwarding is slower, and ends every signal but USR1/USR2 as SIGKILL.
         self.stdio: CallerStdio | None = None
+        assert request.stand_in is not None
+        self.stand_in = request.stand_in
         bundle = request.bundle
         self.state = ContainerState(
             id=request.container_id, bundle=bundle.path, pid=os.getpid(),
-            pid_start=process_start_time(os.getpid()),
+            pid_start=process_start_time(os.getpid()), stand_in=self.stand_in.pid,
             created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             annotations=bundle.annotations, rootfs=bundle.rootfs,
             owner=_user_name(), backend=self.backend.name,
@@ -113,10 +115,16 @@ class Anchor:
         self.state.job_owned = self.allocation.owned
         self.store.save(self.state)
         self.staging.stage_in(self.allocation)
+        # The stand-in's root is the container's rootfs where this host sees the copy
+        # the container runs from, else nothing.
+        staged = self.staging.rootfs == self.state.rootfs
+        self.stand_in.set_root(os.path.realpath(self.state.rootfs) if staged else "")
+        self.selector.register(os.pidfd_open(self.stand_in.pid), selectors.EVENT_READ, "stand-in")
         self.state.status = CREATED
         self.store.save(self.state)
         if self.request.pid_file:
-            write_atomic(os.path.abspath(self.request.pid_file), str(os.getpid()).encode(), 0o644)
+            write_atomic(os.path.abspath(self.request.pid_file),
+                         str(self.stand_in.pid).encode(), 0o644)
         if self.request.restore is not None:
             from pyscrun.anchor.checkpointing import place_probe
 
@@ -151,6 +159,8 @@ class Anchor:
             log.current.error(f"anchor failed: {err!r} at {where.filename}:{where.lineno}")
             self._release()
             status = 255
+        # Last: what podman sees end must find the job given back and the state stopped.
+        self.stand_in.exit(status)
         os._exit(status & 0xFF)
 
     def _report_ready(self, error: str | None) -> None:
@@ -214,6 +224,12 @@ class Anchor:
         elif data == "signal":
             if any(s in _TERMINATING_SIGNALS for s in selfpipe.received(key.fileobj)):  # type: ignore[arg-type]
                 log.current.info("terminating on signal: cancelling the container")
+                self._kill(signal.SIGKILL)
+        elif data == "stand-in":
+            self.selector.unregister(key.fileobj)
+            os.close(key.fd)
+            if self.exit_status is None and self.state.status in (CREATED, RUNNING):
+                log.current.error("the container's stand-in was killed: ending the container")
                 self._kill(signal.SIGKILL)
         elif data == "step":
             assert self.step is not None
@@ -324,6 +340,12 @@ class Anchor:
             restore = self.request.restore
             if restore is not None and self.agents.running >= int(restore.get("tasks", 1)):
                 self._report_ready(None)
+        elif event == "container-pid" and self.backend.name == "local":
+            # The container runs on this host: the stand-in takes its namespaces.
+            try:
+                self.stand_in.join(int(message.get("pid", 0)))
+            except (ScrunError, ValueError) as err:
+                log.current.info(f"the stand-in keeps namespaces of its own: {err}")
         elif event == "checkpointed":
             error = message.get("error")
             self.agents.checkpointed(agent, str(error) if error else None)
@@ -352,6 +374,7 @@ class Anchor:
             # anchor on loopback.
             agent_env["PYSCRUN_AGENT_HOST"] = "127.0.0.1"
             agent_env["PYSCRUN_AGENT_SLURM_CONF"] = self.site.slurm_conf
+            agent_env["PYSCRUN_AGENT_REPORT_PID"] = "1"
         pass_stdio = self.backend.name == "slurm" and self.terminal_fd is None
         if pass_stdio:
             self.stdio = CallerStdio()

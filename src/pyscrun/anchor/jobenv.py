@@ -24,7 +24,7 @@ def output_env(
     *, container_id: str, anchor_pid: int, bundle: str, submission_bundle: str,
     annotations: dict[str, str], pid_file: str | None, socket: str, spool_dir: str,
     config_file: str, root: str, rootfs: str, submission_rootfs: str,
-    log_file: str | None, log_format: str,
+    log_file: str | None, log_format: str, in_a_job: bool,
 ) -> dict[str, str]:
     uid, gid = os.getuid(), os.getgid()
     env = {
@@ -46,9 +46,12 @@ def output_env(
         "SCRUN_SUBMISSION_ROOTFS_PATH": submission_rootfs,
         "SCRUN_LOG_FILE": log_file or "",
         "SCRUN_LOG_FORMAT": log_format,
-        "SLURM_CONTAINER": bundle,
-        "SLURM_CONTAINER_ID": container_id,
     }
+    if in_a_job:
+        # Slurm's own names; where no job exists (the local backend) the container
+        # gets no SLURM_* variable at all.
+        env["SLURM_CONTAINER"] = bundle
+        env["SLURM_CONTAINER_ID"] = container_id
     for key, value in annotations.items():
         # Environment names cannot hold dots or dashes: org.foo-bar -> ORG_FOO_BAR.
         name = "".join(c if c in _NAME_CHARS else "_" for c in key)

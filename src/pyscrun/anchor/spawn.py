@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from pyscrun import log
+from pyscrun.anchor.stand_in import StandIn
 from pyscrun.anchor.store import Store
 from pyscrun.conf.site import Site
 from pyscrun.errors import ScrunError
@@ -34,6 +35,7 @@ class CreateRequest:
         self.log_file = log_file
         self.log_format = log_format
         self.restore = restore  # the CRIU order when this is a restore
+        self.stand_in: StandIn | None = None  # forked with the anchor
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -50,10 +52,14 @@ def _open_fds() -> list[int]:
         return list(range(3, 1024))
 
 
-def start_anchor(request: CreateRequest, keep_fds: tuple[int, ...]) -> int:
-    """Fork the anchor; returns its pid once it reported created. Raises on failure."""
+def start_anchor(request: CreateRequest, keep_fds: tuple[int, ...]) -> tuple[int, int]:
+    """Fork the container's stand-in and the anchor; returns their pids once the anchor
+    reported created. Raises on failure, leaving neither."""
     from pyscrun.anchor.daemon import Anchor
 
+    # Forked here, not by the anchor: once create exits, conmon (a subreaper) must be
+    # the stand-in's parent, to learn its exit status.
+    stand_in = request.stand_in = StandIn.fork()
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -71,7 +77,7 @@ def start_anchor(request: CreateRequest, keep_fds: tuple[int, ...]) -> int:
                     os.close(null)
             # Hold nothing of the caller's but stdio (and fds it asked to preserve):
             # a stray copy of one of conmon's pipes would keep it waiting forever.
-            keep = {0, 1, 2, write_fd, *keep_fds, *log.current.open_fds()}
+            keep = {0, 1, 2, write_fd, *stand_in.fds(), *keep_fds, *log.current.open_fds()}
             for fd in _open_fds():
                 if fd not in keep:
                     try:
@@ -84,6 +90,7 @@ def start_anchor(request: CreateRequest, keep_fds: tuple[int, ...]) -> int:
         finally:
             os._exit(1)
     os.close(write_fd)
+    stand_in.close()
     reply = b""
     while not reply.endswith(b"\n"):
         chunk = os.read(read_fd, 4096)
@@ -92,7 +99,9 @@ def start_anchor(request: CreateRequest, keep_fds: tuple[int, ...]) -> int:
         reply += chunk
     os.close(read_fd)
     if reply == b"ok\n":
-        return pid
+        return pid, stand_in.pid
     os.waitpid(pid, 0)
+    # The anchor's end closed the stand-in's orders: it exits.
+    os.waitpid(stand_in.pid, 0)
     message = reply.decode(errors="replace").strip().removeprefix("error ")
     raise ScrunError(message or "the anchor died while creating the container")

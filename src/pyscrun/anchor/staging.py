@@ -41,6 +41,7 @@ class Staging:
             config_file=request.bundle.config_path, root=store.root,
             rootfs=self.rootfs, submission_rootfs=request.bundle.rootfs,
             log_file=request.log_file, log_format=request.log_format,
+            in_a_job=self.backend.name != "local",
         )
 
     def stage_in(self, allocation: Allocation) -> None:

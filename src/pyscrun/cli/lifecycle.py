@@ -10,7 +10,7 @@ from pyscrun import log
 from pyscrun.anchor import protocol
 from pyscrun.anchor.store import Store
 from pyscrun.cli.main import Context
-from pyscrun.errors import AnchorError, InvalidState, UsageError
+from pyscrun.errors import AnchorError, ContainerNotFound, InvalidState, UsageError
 from pyscrun.oci.state import CREATED, RUNNING, STOPPED, ContainerState, shell_status
 
 TYPE_CHECKING = False
@@ -21,14 +21,19 @@ if TYPE_CHECKING:
 DELETE_TIMEOUT = 30.0
 
 
-def create_container(ctx: Context, restore: dict[str, Any] | None = None) -> tuple[Store, str, int]:
-    """Everything create (and restore) does: check, reserve the id, fork the anchor."""
+def create_container(ctx: Context, restore: dict[str, Any] | None = None,
+                     ) -> tuple[Store, str, tuple[int, int]]:
+    """Everything create (and restore) does: check, reserve the id, fork the anchor and
+    the container's stand-in (their pids)."""
     from pyscrun.anchor.spawn import CreateRequest, start_anchor
     from pyscrun.conf import scrun_env, site
     from pyscrun.oci import bundle as oci_bundle
 
     container_id = ctx.container_id
+    from pyscrun.oci import refusals
+
     bundle = oci_bundle.load(ctx.option("bundle") or os.getcwd())
+    refusals.check(bundle.config, bundle.rootfs)
     console_socket = ctx.option("console_socket")
     if bundle.terminal and restore is not None:
         raise UsageError("restoring a container with a terminal is not supported yet")
@@ -45,7 +50,7 @@ def create_container(ctx: Context, restore: dict[str, Any] | None = None) -> tup
     store = ctx.store
     store.make_spool_dir(container_id)
     try:
-        pid = start_anchor(
+        pids = start_anchor(
             CreateRequest(container_id, bundle, store, the_site, console_socket,
                           ctx.option("pid_file"), ctx.environ, job_options,
                           ctx.option("log"), ctx.option("log_format") or "text", restore),
@@ -54,7 +59,7 @@ def create_container(ctx: Context, restore: dict[str, Any] | None = None) -> tup
     except BaseException:
         store.remove(container_id)
         raise
-    return store, container_id, pid
+    return store, container_id, pids
 
 
 def create(ctx: Context) -> int:
@@ -85,11 +90,13 @@ def start(ctx: Context) -> int:
 
 
 def run(ctx: Context) -> int:
-    store, container_id, pid = create_container(ctx)
+    store, container_id, (anchor, stand_in) = create_container(ctx)
     _ask(store, store.load(container_id), {"op": "start"})
     if ctx.flag("detach"):
         return 0
-    _, status = os.waitpid(pid, 0)
+    # The stand-in exits with the container's status once the anchor is done.
+    _, status = os.waitpid(stand_in, 0)
+    os.waitpid(anchor, 0)
     store.remove(container_id)
     return shell_status(status)
 
@@ -98,7 +105,10 @@ def kill(ctx: Context) -> int:
     from pyscrun.cli.signals import parse_signal
 
     signum = parse_signal(ctx.args.get("signal"))
-    store, state = load_for(ctx, "kill", CREATED, RUNNING)
+    store = ctx.store
+    state = store.load(ctx.container_id)
+    if state.effective_status() not in (CREATED, RUNNING):
+        raise InvalidState("container not running")  # runc's words, which podman reads
     _ask(store, state, {"op": "kill", "signal": signum, "all": ctx.flag("all")})
     return 0
 
@@ -122,7 +132,13 @@ def _wait_gone(state: ContainerState, timeout: float) -> bool:
 
 def delete(ctx: Context) -> int:
     store = ctx.store
-    state = store.load(ctx.container_id)
+    try:
+        state = store.load(ctx.container_id)
+    except ContainerNotFound:
+        if ctx.flag("force"):
+            # As runc: a container already gone is what --force asked for.
+            return 0
+        raise
     status = state.effective_status()
     if status == RUNNING and not ctx.flag("force"):
         raise InvalidState(f"cannot delete container {state.id} that is running: use --force")

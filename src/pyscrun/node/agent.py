@@ -69,6 +69,9 @@ class Agent:
         self.guard: Guard | None = None
         self.ident = TaskIdentity(env)
         self.more_patterns = more_patterns
+        # The local backend's anchor wants the container's init pid, to give its
+        # stand-in the container's namespaces.
+        self.pid_wanted = env.get("PYSCRUN_AGENT_REPORT_PID") == "1" and bool(conf.RunTimeQuery)
 
     # -- control channel -------------------------------------------------------------
     def connect(self) -> None:
@@ -187,6 +190,14 @@ class Agent:
             return self.container_pid
         return self.runtime_pid
 
+    def _report_container_pid(self) -> None:
+        if not self.pid_wanted or self.commands is None:
+            return
+        pid = self._container_init()
+        if pid and pid != self.runtime_pid:
+            self.pid_wanted = False
+            self._send({"event": "container-pid", "pid": pid})
+
     def _on_signal(self, reader: socket.socket) -> None:
         for signum in selfpipe.received(reader):
             self.deliver(signum)
@@ -198,8 +209,9 @@ class Agent:
         self.selector.register(pidfd, selectors.EVENT_READ, "exit")
         try:
             while True:
-                # A signal that arrived before the container existed is retried soon.
-                timeout = 0.05 if self.pending_signals else None
+                # A signal that arrived before the container existed is retried soon,
+                # and the container's pid looked for until it is found.
+                timeout = 0.05 if self.pending_signals or self.pid_wanted else None
                 for key, events in self.selector.select(timeout):
                     if key.data == "exit":
                         status, self.ended_by_itself = _wait_status(pid)
@@ -213,6 +225,7 @@ class Agent:
                     elif self.stdio is not None and key.data[0] == "stdin":
                         self.stdio.write_stdin()
                 self._flush_signals()
+                self._report_container_pid()
                 self._rearm()
         finally:
             self.selector.unregister(pidfd)

@@ -41,7 +41,10 @@ def rewrite(
     step_dir: Path,
     disable_hooks: tuple[str, ...],
     task_id: str = "0",
+    container: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
+    """config.json as the task's runtime runs it; container is the (id, bundle) the
+    caller knows the container by, which its hooks are given."""
     new: dict[str, Any] = copy.deepcopy(dict(config))
     root = new.setdefault("root", {})
     root["path"] = os.path.normpath(bundle / root.get("path", "rootfs"))
@@ -65,6 +68,10 @@ def rewrite(
     if hooks and disable_hooks:
         for hook_type in disable_hooks:
             hooks.pop(hook_type, None)
+    if hooks and container is not None:
+        from pyscrun.node import hook_state
+
+        hook_state.wrap(hooks, *container)
     return new
 
 

@@ -84,6 +84,7 @@ class Task:
                 env_exclude=conf.EnvExclude, terminal=self.terminal and conf.run_mode,
                 mount_spool_dir=conf.MountSpoolDir, step_dir=self.step_dir,
                 disable_hooks=conf.DisableHooks, task_id=ident.task_id,
+                container=(ident.container_id, str(ident.bundle)),
             )
             files["config.json"] = json.dumps(config).encode()
             bundle_dir, rootfs = self.dir, Path(config["root"]["path"])

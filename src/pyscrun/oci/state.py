@@ -20,8 +20,10 @@ class ContainerState:
     # name -> default; the JSON form holds exactly these keys.
     FIELDS: ClassVar[dict[str, Any]] = {
         "id": "", "bundle": "", "status": CREATING,
-        "pid": 0,  # the anchor's pid: conmon waits on it, so it stands for the container
+        "pid": 0,  # the anchor's pid: it holds the container
         "pid_start": 0,  # start time of that pid (clock ticks), to tell a reused pid apart
+        # The pid callers are given: the container's stand-in (anchor/stand_in.py).
+        "stand_in": 0,
         "created": "", "annotations": None, "rootfs": "", "owner": "",
         "exit_status": None, "backend": "local", "job_id": "", "job_owned": False,
         "extra": None,
@@ -32,6 +34,7 @@ class ContainerState:
     status: str
     pid: int
     pid_start: int
+    stand_in: int
     created: str
     annotations: dict[str, str]
     rootfs: str
@@ -70,7 +73,7 @@ class ContainerState:
             "ociVersion": OCI_VERSION,
             "id": self.id,
             "status": status,
-            "pid": self.pid if status in (CREATED, RUNNING) else 0,
+            "pid": self.stand_in if status in (CREATED, RUNNING) else 0,
             "bundle": self.bundle,
             "rootfs": self.rootfs,
             "created": self.created,

@@ -22,10 +22,10 @@ import sys
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from pyscrun import log
+from pyscrun import linux, log
 from pyscrun.channel import peer, tcp
 from pyscrun.errors import ChannelError, CheckpointError, ScrunError, UsageError
-from pyscrun.srun_cr import criu, images, linux, registry, signals
+from pyscrun.srun_cr import criu, images, registry, signals
 
 NSINIT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "nsinit.py")
 _STATUS_FD = 3

@@ -20,12 +20,12 @@ import sys
 import time
 from typing import Any, NoReturn
 
-from pyscrun import log
+from pyscrun import linux, log
 from pyscrun.anchor import protocol
 from pyscrun.channel import frames, peer, tcp
 from pyscrun.conf import site
 from pyscrun.errors import BackendError, CheckpointError, UsageError
-from pyscrun.srun_cr import criu, images, linux, registry, signals
+from pyscrun.srun_cr import criu, images, registry, signals
 from pyscrun.srun_cr.coordinator import Coordinator, Request
 from pyscrun.srun_cr.srunopts import SrunLine
 

@@ -1,0 +1,188 @@
+"""The container's stand-in: the pid podman and docker are given for the container.
+
+podman enters the namespaces of the pid in `--pid-file` (`podman cp` writes and reads
+through its mount namespace and root, buildah's RUN sets up networking in its network
+namespace), and conmon waits for that pid to learn the container's exit status. The
+container itself runs elsewhere (another machine, or under the runtime on this one),
+so the pid is a process of its own: forked by create (so that, once create exits, it
+is conmon's child), pid 1 of a pid namespace of its own, in mount, network, uts and
+ipc namespaces of its own. Its root is the container's rootfs as this host sees it,
+or an empty read-only file system where the container runs from another copy. On the
+local backend it joins the container's own namespaces once the container runs.
+It does nothing but wait for the anchor's orders, one line each on a pipe:
+
+    root PATH   pivot into PATH (empty: an empty read-only root); answers ok/error
+    join PID    enter the namespaces of PID (the container's init); answers ok/error
+    exit N      exit with status N (the container's)
+
+If the anchor goes without saying `exit` (killed), it exits 128+SIGKILL, as a
+container killed with it would.
+"""
+
+from __future__ import annotations
+
+import os
+
+from pyscrun.errors import ScrunError
+
+# A killed anchor takes its container with it (its agents end it).
+_ORPHANED_STATUS = 128 + 9
+ANSWER_TIMEOUT = 10.0
+# The namespaces joined on the local backend, the user namespace first: the others
+# belong to it. Not pid: a process cannot change its own pid namespace.
+_JOINED = (("user", 0x10000000), ("cgroup", 0x02000000), ("ipc", 0x08000000),
+           ("uts", 0x04000000), ("net", 0x40000000), ("mnt", 0x00020000))
+
+
+class StandIn:
+    """The anchor's handle on the stand-in: its pid and the two ends of its pipes."""
+
+    def __init__(self, pid: int, orders_fd: int, answers_fd: int) -> None:
+        self.pid = pid
+        self.orders_fd = orders_fd
+        self.answers_fd = answers_fd
+
+    @classmethod
+    def fork(cls) -> StandIn:
+        """Fork the stand-in (create does, before it forks the anchor)."""
+        from pyscrun import linux
+
+        orders_read, orders_write = os.pipe()
+        answers_read, answers_write = os.pipe()
+        try:
+            pid = linux.fork_in_new_pid_namespace()
+        except PermissionError:
+            # Unprivileged, outside any user namespace of its own: the host's pid
+            # namespace, but every other namespace of its own (below).
+            pid = os.fork()
+        if pid == 0:
+            try:
+                _serve(orders_read, answers_write)
+            finally:
+                os._exit(_ORPHANED_STATUS)
+        os.close(orders_read)
+        os.close(answers_write)
+        return cls(pid, orders_write, answers_read)
+
+    def fds(self) -> tuple[int, int]:
+        return self.orders_fd, self.answers_fd
+
+    def _ask(self, order: str) -> None:
+        import select
+
+        try:
+            os.write(self.orders_fd, f"{order}\n".encode())
+        except OSError as err:
+            raise ScrunError(f"the container's stand-in is gone: {err.strerror}") from None
+        answer = b""
+        while not answer.endswith(b"\n"):
+            ready, _, _ = select.select([self.answers_fd], [], [], ANSWER_TIMEOUT)
+            chunk = os.read(self.answers_fd, 4096) if ready else b""
+            if not chunk:
+                raise ScrunError("the container's stand-in did not answer")
+            answer += chunk
+        text = answer.decode(errors="replace").strip()
+        if text != "ok":
+            raise ScrunError(f"the container's stand-in: {text.removeprefix('error ')}")
+
+    def set_root(self, rootfs: str) -> None:
+        """Its namespaces, with rootfs (or nothing) as its root."""
+        self._ask(f"root {rootfs}")
+
+    def join(self, pid: int) -> None:
+        """Enter the namespaces of pid, the container's own init on this host."""
+        self._ask(f"join {pid}")
+
+    def exit(self, status: int) -> None:
+        """Exit with the container's status: what conmon reports to podman."""
+        try:
+            os.write(self.orders_fd, f"exit {status & 0xFF}\n".encode())
+        except OSError:
+            pass
+        self.close()
+
+    def close(self) -> None:
+        for fd in (self.orders_fd, self.answers_fd):
+            if fd >= 0:
+                os.close(fd)
+        self.orders_fd = self.answers_fd = -1
+
+
+# -- the stand-in's side --------------------------------------------------------------
+
+def _serve(orders_fd: int, answers_fd: int) -> None:
+    import signal
+
+    # Nothing of the caller's: a copy of one of conmon's pipes would keep it waiting.
+    null = os.open(os.devnull, os.O_RDWR)
+    for target in (0, 1, 2):
+        os.dup2(null, target)
+    keep = {0, 1, 2, orders_fd, answers_fd}
+    for name in os.listdir("/proc/self/fd"):
+        if int(name) not in keep:
+            try:
+                os.close(int(name))
+            except OSError:
+                pass
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(signum, signal.SIG_IGN)
+    # The host's /proc, for a later join: the new root has none.
+    proc_fd = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    with open(orders_fd, "rb", buffering=0) as orders:
+        for line in iter(orders.readline, b""):
+            verb, _, value = line.decode(errors="replace").rstrip("\n").partition(" ")
+            if verb == "exit":
+                os._exit(int(value) if value.isdigit() else _ORPHANED_STATUS)
+            try:
+                if verb == "root":
+                    _isolate(value)
+                elif verb == "join":
+                    _join(int(value), proc_fd)
+                else:
+                    raise ValueError(f"unknown order {verb!r}")
+                answer = "ok"
+            except (OSError, ValueError) as err:
+                answer = f"error {err}"
+            os.write(answers_fd, f"{answer}\n".encode())
+
+
+def _isolate(rootfs: str) -> None:
+    from pyscrun import linux
+
+    flags = linux.CLONE_NEWNS | linux.CLONE_NEWNET | linux.CLONE_NEWUTS | linux.CLONE_NEWIPC
+    if os.geteuid() != 0:
+        flags |= linux.CLONE_NEWUSER
+    linux.unshare(flags)
+    # Nothing done in here may propagate back to the host's mounts.
+    linux.mount("none", "/", None, linux.MS_REC | linux.MS_PRIVATE)
+    if rootfs and os.path.isdir(rootfs):
+        linux.mount(rootfs, rootfs, None, linux.MS_BIND | linux.MS_REC)
+        new_root, read_only = rootfs, False
+    else:
+        new_root, read_only = "/tmp", True
+        linux.mount("pyscrun-stand-in", new_root, "tmpfs", 0, "size=16k,mode=0555")
+    os.chdir(new_root)
+    # The host's tree is stacked under the new root and then detached: the namespace
+    # holds the container's files and nothing else.
+    linux.pivot_root(".", ".")
+    linux.umount(".", linux.MNT_DETACH)
+    os.chdir("/")
+    if read_only:
+        linux.mount("none", "/", None, linux.MS_REMOUNT | linux.MS_RDONLY)
+
+
+def _join(pid: int, proc_fd: int) -> None:
+    from pyscrun import linux
+
+    targets = []
+    for name, flag in _JOINED:
+        path = f"{pid}/ns/{name}"
+        if os.stat(path, dir_fd=proc_fd).st_ino == os.stat(f"self/ns/{name}", dir_fd=proc_fd).st_ino:
+            continue
+        targets.append((os.open(path, os.O_RDONLY | os.O_CLOEXEC, dir_fd=proc_fd), flag))
+    try:
+        for fd, flag in targets:
+            linux.setns(fd, flag)
+    finally:
+        for fd, _ in targets:
+            os.close(fd)

@@ -1,0 +1,92 @@
+"""The few Linux calls Python 3.11's os module lacks: unshare, setns, mount, pivot_root, prctl."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+from typing import Any
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWCGROUP = 0x02000000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+MS_RDONLY = 0x1
+MS_REMOUNT = 0x20
+MS_BIND = 0x1000
+MS_REC = 0x4000
+MS_PRIVATE = 0x40000
+MNT_DETACH = 0x2
+PR_SET_PDEATHSIG = 1
+# glibc has no pivot_root(): the system call's number, per architecture.
+_SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217}
+
+_libc: Any = None
+
+
+def _lib() -> Any:
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    return _libc
+
+
+def _check(name: str, result: int) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{name}: {os.strerror(err)}")
+
+
+def _call(name: str, *args: int) -> None:
+    _check(name, getattr(_lib(), name)(*(ctypes.c_ulong(a) if name == "prctl" else ctypes.c_int(a)
+                                         for a in args)))
+
+
+def unshare(flags: int) -> None:
+    _call("unshare", flags)
+
+
+def setns(fd: int, nstype: int) -> None:
+    _call("setns", fd, nstype)
+
+
+def set_parent_death_signal(signum: int) -> None:
+    _call("prctl", PR_SET_PDEATHSIG, signum, 0, 0, 0)
+
+
+def mount(source: str, target: str, fstype: str | None, flags: int, data: str = "") -> None:
+    _check("mount", _lib().mount(source.encode(), target.encode(),
+                                 fstype.encode() if fstype else None, ctypes.c_ulong(flags),
+                                 data.encode() if data else None))
+
+
+def umount(target: str, flags: int = 0) -> None:
+    _check("umount2", _lib().umount2(target.encode(), ctypes.c_int(flags)))
+
+
+def pivot_root(new_root: str, put_old: str) -> None:
+    number = _SYS_PIVOT_ROOT.get(platform.machine())
+    if number is None:
+        raise OSError(0, f"pivot_root: unknown on {platform.machine()}")
+    _check("pivot_root", _lib().syscall(ctypes.c_long(number), new_root.encode(), put_old.encode()))
+
+
+def fork_in_new_pid_namespace() -> int:
+    """fork() whose child is pid 1 of a new pid namespace, while the caller's later
+    children stay in the caller's own namespace. Returns as os.fork() does."""
+    own = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        unshare(CLONE_NEWPID)
+        try:
+            pid = os.fork()
+        except BaseException:
+            setns(own, CLONE_NEWPID)
+            raise
+        if pid:
+            setns(own, CLONE_NEWPID)
+        return pid
+    finally:
+        os.close(own)
