@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import uuid
 from pathlib import Path
 
@@ -77,9 +78,13 @@ def test_the_reported_pid_is_in_namespaces_of_its_own(runtime: Runtime) -> None:
         devices = Path(f"/proc/{pid}/net/dev").read_text().splitlines()[2:]
         assert [line.split(":")[0].strip() for line in devices] == ["lo"]
         if not runtime.slurm_conf.exists():
-            # On this host the stand-in takes the container's own namespaces.
-            for kind in ("mnt", "net", "uts", "ipc"):
-                assert _ns(pid, kind) == _ns(container, kind), kind
+            # On this host the stand-in takes the container's own namespaces, as soon
+            # as the agent has found the container's init.
+            def joined() -> bool:
+                return all(_ns(pid, kind) == _ns(container, kind)
+                           for kind in ("mnt", "net", "uts", "ipc"))
+
+            wait_for(joined, 10, "the stand-in to join the container's namespaces")
         state = podman(runtime, "inspect", "--format", "{{.State.Status}}", name)
         assert state.stdout.strip() == b"running"
     finally:
@@ -180,3 +185,33 @@ def test_hooks_see_the_container_they_were_given_for(cluster: Cluster, tmp_path:
         state = json.loads((tmp_path / f"{kind}.json").read_text())
         assert (state["id"], state["bundle"]) == ("hooked", str(bundle)), kind
     leaks.check()
+
+
+def test_podman_build_run_step_leaves_the_host_network_alone(local_runtime: Runtime,
+                                                             tmp_path: Path) -> None:
+    """buildah's RUN goes through the runtime and sets up networking in the namespaces
+    of the pid it is given."""
+    context = tmp_path / "context"
+    context.mkdir()
+    (context / "Containerfile").write_text(
+        f"FROM {IMAGE}\nRUN sed -n 's/^ *\\([a-z0-9]*\\):.*/iface \\1/p' /proc/net/dev"
+        " && echo built > /built\n")
+    tag = f"localhost/pyscrun-built-{uuid.uuid4().hex[:8]}"
+    before = _host_network()
+    try:
+        done = podman(local_runtime, "build", "-t", tag, str(context))
+        assert done.returncode == 0, done.stderr
+        assert _host_network() == before
+        # The RUN step saw its own network: loopback alone.
+        assert [line for line in done.stdout.splitlines() if line.startswith(b"iface ")] == [
+            b"iface lo"]
+        built = podman(local_runtime, "run", "--rm", tag, "cat", "/built")
+        assert built.stdout == b"built\n", built.stderr
+    finally:
+        podman(local_runtime, "rmi", "-f", tag)
+
+
+def _host_network() -> tuple[str, str]:
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True)
+    routes = subprocess.run(["ip", "route"], capture_output=True, text=True, check=True)
+    return links.stdout, routes.stdout
