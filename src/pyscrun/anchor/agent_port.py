@@ -11,7 +11,7 @@ from __future__ import annotations
 import selectors
 import time
 
-from pyscrun import log
+from pyscrun import log, messages
 from pyscrun.anchor.agents import AgentLink, Agents
 from pyscrun.channel import files, frames, tcp
 from pyscrun.channel.peer import Peer, PeerGone
@@ -125,9 +125,9 @@ class AgentPort:
         elif kind != frames.MESSAGE:
             raise ValueError(f"a frame of kind {kind} from an agent")
         elif link.task is None:
-            self._hello(link, frames.decode_message(payload))
+            self._hello(link, messages.check(frames.decode_message(payload), "agent"))
         else:
-            message = frames.decode_message(payload)
+            message = messages.check(frames.decode_message(payload), "agent")
             if message.get("op") == "file" and link.receiver is not None:
                 link.receiver.begin(message)
             else:
@@ -143,9 +143,9 @@ class AgentPort:
             return
         if op != "agent-hello":
             raise ValueError(f"expected a hello, got {op!r}")
-        task, node = message.get("task"), message.get("node")
-        if not isinstance(task, str) or not task.isdigit() or not isinstance(node, str):
-            raise ValueError("a hello without its task and node")
+        task, node = message["task"], message["node"]
+        if not task.isdigit():
+            raise ValueError(f"a hello from task {task[:20]!r}")
         self.strangers.remove(link)
         self.agents.hello(link, task, node)
 

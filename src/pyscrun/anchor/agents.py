@@ -22,11 +22,14 @@ if TYPE_CHECKING:
 class Connection:
     """One accepted connection on the control socket: a CLI request."""
 
-    def __init__(self, conn: socket.socket) -> None:
+    def __init__(self, conn: socket.socket, now: float) -> None:
         self.conn = conn
         self.reader = protocol.LineReader()
+        self.active = now  # when it last sent a request
+        self.waiting = False  # for an answer that comes later (a checkpoint)
 
     def send(self, message: dict[str, Any]) -> bool:
+        self.waiting = False
         try:
             self.conn.sendall(protocol.encode(message))
         except OSError:

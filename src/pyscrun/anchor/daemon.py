@@ -15,7 +15,7 @@ import signal
 import socket
 import time
 
-from pyscrun import backends, jsonc, log, selfpipe
+from pyscrun import backends, jsonc, log, messages, selfpipe
 from pyscrun.anchor import console, protocol
 from pyscrun.anchor.agent_port import AgentPort, send_images
 from pyscrun.anchor.agents import AgentLink, Agents, Connection
@@ -47,6 +47,10 @@ AGENT_LOST_GRACE = 10.0
 # Once the step ended, how long its agents' last frames (output, status) may take to
 # arrive, and the caller to take the output.
 DRAIN_TIMEOUT = 10.0
+# The control socket: connections held at once, and how long one may sit idle. A
+# client of scrun's sends one request and waits for its answer.
+MAX_CLIENTS = 64
+CLIENT_IDLE = 30.0
 
 
 class Anchor:
@@ -64,6 +68,8 @@ class Anchor:
         self.step_status: int | None = None  # once the step ended
         self.drain_deadline: float | None = None
         self.listener: socket.socket | None = None
+        self.clients: list[Connection] = []
+        self.crowded_logged = -CLIENT_IDLE
         self.agent_port: AgentPort | None = None
         self.terminal_fd: int | None = None
         self.agents = Agents()
@@ -174,6 +180,7 @@ class Anchor:
     # -- serving ---------------------------------------------------------------------
     def _deadlines(self) -> list[float]:
         found = self.agent_port.deadlines() if self.agent_port is not None else []
+        found += [c.active + CLIENT_IDLE for c in self.clients if not c.waiting]
         return [d for d in (self.kill_deadline, self.drain_deadline, *found) if d is not None]
 
     def _serve(self) -> int:
@@ -187,6 +194,8 @@ class Anchor:
             now = time.monotonic()
             if self.agent_port is not None:
                 self.agent_port.expire(now)
+            for client in [c for c in self.clients if not c.waiting and now >= c.active + CLIENT_IDLE]:
+                self._drop(client)
             if (self.kill_deadline is not None and self.exit_status is None
                     and now >= self.kill_deadline):
                 self._force_stop()
@@ -277,13 +286,35 @@ class Anchor:
             conn = protocol.accept(self.listener)
         except BlockingIOError:
             return
+        except OSError as err:
+            # Out of descriptors: make room rather than spin on the listener.
+            log.current.error(f"cannot accept a request: {err.strerror}")
+            self._drop_idlest()
+            return
         if conn is None:
             return
+        if len(self.clients) >= MAX_CLIENTS:
+            self._drop_idlest()
         conn.setblocking(False)
-        self.selector.register(conn, selectors.EVENT_READ, Connection(conn))
+        client = Connection(conn, time.monotonic())
+        self.clients.append(client)
+        self.selector.register(conn, selectors.EVENT_READ, client)
+
+    def _drop_idlest(self) -> None:
+        idle = [c for c in self.clients if not c.waiting]
+        if not idle:
+            return
+        now = time.monotonic()
+        if now >= self.crowded_logged + CLIENT_IDLE:
+            # Once per burst: a flood of connections must not flood the log too.
+            log.current.error("too many connections to the control socket: closing the idlest")
+            self.crowded_logged = now
+        self._drop(min(idle, key=lambda c: c.active))
 
     def _drop(self, client: Connection) -> None:
-        self.selector.unregister(client.conn)
+        if client in self.clients:
+            self.clients.remove(client)
+            self.selector.unregister(client.conn)
         client.conn.close()
 
     def _agent_gone(self, link: AgentLink) -> None:
@@ -296,15 +327,20 @@ class Anchor:
                 self.kill_deadline = deadline
 
     def _read(self, client: Connection) -> None:
-        messages = client.reader.receive(client.conn)
-        if messages is None:
+        received = client.reader.receive(client.conn)
+        if received is None:
             self._drop(client)
             return
-        for message in messages:
+        client.active = time.monotonic()
+        for message in received:
             try:
-                reply = self._handle(client, message)
+                reply = self._handle(client, messages.check(message, "control"))
+            except messages.MessageError as err:
+                log.current.error(f"refused a request: {err}")
+                reply = {"ok": False, "error": f"refused a request: {err}"}
             except ScrunError as err:
                 reply = {"ok": False, "error": str(err)}
+            client.waiting = reply is None
             if reply is not None and not client.send(reply):
                 self._drop(client)
                 return
@@ -314,7 +350,7 @@ class Anchor:
         if op == "start":
             self._start()
         elif op == "kill":
-            self._kill(int(message.get("signal", signal.SIGTERM)))
+            self._kill(message["signal"])
         elif op == "delete":
             self._kill(signal.SIGKILL)
         elif op == "checkpoint":
@@ -330,11 +366,8 @@ class Anchor:
             return
         event = message.get("event")
         if event == "exit":
-            status = message.get("status")
-            if not isinstance(status, int) or not 0 <= status <= 255:
-                raise ValueError(f"an exit status {status!r}")
             agent.reported_exit = True
-            self.agents.exit_statuses.append(status)
+            self.agents.exit_statuses.append(message["status"])
         elif event == "running":
             self.agents.running += 1
             restore = self.request.restore
@@ -343,8 +376,8 @@ class Anchor:
         elif event == "container-pid" and self.backend.name == "local":
             # The container runs on this host: the stand-in takes its namespaces.
             try:
-                self.stand_in.join(int(message.get("pid", 0)))
-            except (ScrunError, ValueError) as err:
+                self.stand_in.join(message["pid"])
+            except ScrunError as err:
                 log.current.info(f"the stand-in keeps namespaces of its own: {err}")
         elif event == "checkpointed":
             error = message.get("error")

@@ -97,7 +97,7 @@ class LineReader:
         try:
             data = conn.recv(65536)
             return self.feed(data) if data else None
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             return None
 
 

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from pyscrun import log, selfpipe
+from pyscrun import log, messages, selfpipe
 from pyscrun.channel import frames, peer, tcp
 from pyscrun.conf import site
 from pyscrun.conf.ociconf import OciConf
@@ -125,10 +125,10 @@ class Agent:
             if kind != frames.MESSAGE:
                 continue
             try:
-                message = frames.decode_message(payload)
+                message = messages.check(frames.decode_message(payload), "orders")
                 op = message.get("op")
                 if op == "kill":
-                    self.deliver(_signal_number(message.get("signal")))
+                    self.deliver(message["signal"])
                 elif op == "checkpoint":
                     self._checkpoint(message)
             except ValueError as err:
@@ -458,12 +458,6 @@ def _report_error(env: dict[str, str], message: str) -> None:
         link.send(frames.message({"op": "agent-error", "message": message}))
         link.flush_blocking(REPORT_TIMEOUT)
         link.close()
-
-
-def _signal_number(value: object) -> int:
-    if not isinstance(value, int) or not 0 < value < signal.NSIG:
-        raise ValueError(f"no signal {value!r}")
-    return value
 
 
 def cli() -> None:

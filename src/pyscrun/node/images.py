@@ -9,6 +9,7 @@ import os
 import shutil
 from pathlib import Path
 
+from pyscrun import messages
 from pyscrun.channel import files, frames, peer
 from pyscrun.errors import RuntimeCommandError
 from pyscrun.node import criu
@@ -54,7 +55,8 @@ def fetch(control: peer.Peer | None, order: dict[str, Any], task_id: str, task_d
         while True:
             control.flush()
             for kind, payload in control.receive():
-                message = frames.decode_message(payload) if kind == frames.MESSAGE else {}
+                message = (messages.check(frames.decode_message(payload), "orders")
+                           if kind == frames.MESSAGE else {})
                 if kind == frames.FILE:
                     receiver.data(payload)
                 elif message.get("op") == "file":

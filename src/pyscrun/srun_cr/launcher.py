@@ -22,7 +22,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from pyscrun import linux, log
+from pyscrun import linux, log, messages
 from pyscrun.channel import peer, tcp
 from pyscrun.errors import ChannelError, CheckpointError, ScrunError, UsageError
 from pyscrun.srun_cr import criu, images, registry, signals
@@ -221,6 +221,11 @@ class Launcher:
 
     def _order(self, message: dict[str, Any]) -> None:
         assert self.task is not None
+        try:
+            messages.check(message, "srun_cr orders")
+        except messages.MessageError as err:
+            log.current.error(f"refused an order: {err}")
+            return
         op = message.get("op")
         if op == "dump":
             try:

@@ -20,7 +20,7 @@ import sys
 import time
 from typing import Any, NoReturn
 
-from pyscrun import linux, log
+from pyscrun import linux, log, messages
 from pyscrun.anchor import protocol
 from pyscrun.channel import frames, peer, tcp
 from pyscrun.conf import site
@@ -286,6 +286,8 @@ class Wrapper:
     def _dispatch(self, conn: _Conn | _Launcher, message: dict[str, Any]) -> None:
         op = message.get("op")
         try:
+            messages.check(message, "srun_cr launcher" if isinstance(conn, _Launcher)
+                           else "srun_cr control")
             if op == "hello" and isinstance(conn, _Launcher):
                 conn.rank = self.coordinator.hello(message, conn.send)
             elif op == "checkpoint" and isinstance(conn, _Conn):
@@ -297,7 +299,7 @@ class Wrapper:
             elif isinstance(conn, _Launcher) and conn.rank is not None:
                 self.coordinator.message(conn.rank, message)
         except (KeyError, TypeError, ValueError) as err:
-            log.current.error(f"bad message {message!r}: {err}")
+            log.current.error(f"refused a message: {err}")
         except OSError:
             pass
 
