@@ -87,3 +87,10 @@ def exit_status_of(action: Callable[[], int]) -> int:
         return exit_code_for(err)
     except KeyboardInterrupt as err:
         return exit_code_for(err)
+    except Exception as err:
+        # A defect, not the user's doing: one line that says where, never a traceback.
+        import traceback
+
+        where = traceback.extract_tb(err.__traceback__)[-1]
+        log.current.error(f"internal error: {err!r} at {where.filename}:{where.lineno}")
+        return exit_code_for(err)

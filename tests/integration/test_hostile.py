@@ -223,6 +223,13 @@ def _with(path: str, value: object) -> str:
     (_with("mounts", {"destination": "/x"}), "mounts must be list"),
     (_with("hooks", [{"path": "/x"}]), "hooks must be dict"),
     (_with("linux", "yes"), "linux must be dict"),
+    (_with("process.consoleSize", [80, 24]), "process.consoleSize must be dict"),
+    (_with("process.consoleSize", {"height": "x"}), "consoleSize.height must be an integer"),
+    (_with("ociVersion", "invalid"), "ociVersion 'invalid' is not a 1.x.y version"),
+    (_with("process.rlimits", [{"type": "RLIMIT_NOFILE", "soft": 9, "hard": 1}]),
+     "soft limit 9 is above the hard limit 1"),
+    (_with("linux.namespaces", [{"type": "network", "path": "/proc/self/ns/uts"}]),
+     "is not a network namespace"),
     ('{"process": ' * 50000 + "{}" + "}" * 50000, "not valid JSON"),
     (b'{"process": {"args": ["\xff"]}}', "not valid JSON"),
 ])

@@ -9,6 +9,8 @@ import socket
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.integration.harness import Runtime, make_bundle, wait_for
 
 MALFORMED = [
@@ -94,3 +96,37 @@ def test_more_idle_connections_than_the_anchor_has_descriptors_do_not_starve_it(
         for client in idle:
             client.close()
     assert local_runtime.scrun("delete", "m2").returncode == 0
+
+
+@pytest.mark.parametrize("content", ["[]", '{"id": "f1", "status": "running", "pid": "12x"}',
+                                     '{"id": 5}', '{"id": "f1", "annotations": []}', "[" * 50000])
+def test_a_state_file_of_the_wrong_shape_is_one_line_and_list_skips_it(
+        local_runtime: Runtime, content: str) -> None:
+    spool = local_runtime.root / "f1"
+    spool.mkdir(parents=True, mode=0o700)
+    (spool / "state.json").write_text(content)
+    listed = local_runtime.scrun("list")
+    assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
+    assert "f1" not in listed.stdout
+    for verb in (["state", "f1"], ["kill", "f1"], ["delete", "f1"]):
+        done = local_runtime.scrun(*verb)
+        assert done.returncode == 1, verb
+        assert done.stderr.strip().splitlines() == [
+            f"scrun: error: state of 'f1' is corrupt: {spool / 'state.json'}"], verb
+    (spool / "state.json").unlink()
+    spool.rmdir()
+
+
+@pytest.mark.parametrize("manifest", ["[1]", '{"tasks": "many"}', '{"tasks": 0}', "{"])
+def test_a_checkpoint_manifest_of_the_wrong_shape_is_one_line(local_runtime: Runtime,
+                                                               tmp_path: Path, manifest: str) -> None:
+    images = tmp_path / "images"
+    images.mkdir()
+    (images / "inventory.img").write_bytes(b"")
+    (images / "pyscrun-checkpoint.json").write_text(manifest)
+    bundle = make_bundle(tmp_path, ["sleep", "1"])
+    done = local_runtime.scrun("restore", "--image-path", str(images), "-b", str(bundle), "r1")
+    assert done.returncode == 1
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("scrun: error: checkpoint manifest in ") and "Traceback" not in line
+    assert not (local_runtime.root / "r1").exists()

@@ -123,9 +123,9 @@ class Store:
         for entry in entries:
             try:
                 with open(os.path.join(self.root, entry, STATE_FILE), "rb") as state_file:
-                    found.append(jsonc.loads(state_file.read())["id"])
-            except (OSError, ValueError, KeyError):
-                continue
+                    found.append(ContainerState.from_json(jsonc.loads(state_file.read())).id)
+            except (OSError, ValueError, TypeError, RecursionError):
+                continue  # half written or not ours: `list` skips it
         return found
 
     def remove(self, container_id: str) -> None:

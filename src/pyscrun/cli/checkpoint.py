@@ -67,9 +67,13 @@ def restore(ctx: Context) -> int:
             manifest = json.loads(manifest_file.read())
     except FileNotFoundError:
         manifest = {"tasks": 1}
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, RecursionError) as err:
         raise BundleError(f"checkpoint manifest in {image_path} is unreadable: {err}") from None
-    order["tasks"] = int(manifest.get("tasks", 1))
+    tasks = manifest.get("tasks", 1) if isinstance(manifest, dict) else None
+    if not isinstance(tasks, int) or isinstance(tasks, bool) or not 1 <= tasks <= 1 << 16:
+        raise BundleError(f"checkpoint manifest in {image_path} is not one of pyscrun's "
+                          "(its tasks must be a count)")
+    order["tasks"] = tasks
     store = ctx.store
     try:
         previous = store.load(ctx.container_id)

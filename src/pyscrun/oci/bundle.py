@@ -74,6 +74,14 @@ def _check(config: Any) -> None:
         _expect(entry, str, "each of process.env")
     _expect(process.get("terminal", False), bool, "process.terminal")
     _expect(process.get("cwd", "/"), str, "process.cwd")
+    size = process.get("consoleSize")
+    if size is not None:
+        _expect(size, dict, "process.consoleSize")
+        for side in ("height", "width"):
+            value = size.get(side, 0)
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 1 << 16:
+                raise BundleError(f"config.json: process.consoleSize.{side} must be an "
+                                  "integer from 0 to 65535")
     root = config.get("root", {"path": "rootfs"})
     _expect(root, dict, "root")
     _expect(root.get("path", "rootfs"), str, "root.path")

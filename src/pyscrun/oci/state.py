@@ -58,7 +58,18 @@ class ContainerState:
         return {name: getattr(self, name) for name in self.FIELDS}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> ContainerState:
+    def from_json(cls, data: Any) -> ContainerState:
+        """The state in a state file; ValueError if any field has the wrong type."""
+        if not isinstance(data, dict):
+            raise ValueError("a state must be an object")
+        for name, default in cls.FIELDS.items():
+            if name not in data:
+                continue
+            value, kinds = data[name], _KINDS.get(name) or (type(default),)
+            if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+                raise ValueError(f"{name} has the wrong type")
+        if not data.get("id"):
+            raise ValueError("a state without an id")
         return cls(**{name: data[name] for name in cls.FIELDS if name in data})
 
     def effective_status(self) -> str:
@@ -85,6 +96,13 @@ class ContainerState:
         if status == STOPPED and self.exit_status is not None:
             document["exitStatus"] = self.exit_status
         return document
+
+
+# Fields whose type is not that of their default.
+_KINDS: dict[str, tuple[type, ...]] = {
+    "annotations": (dict, type(None)), "extra": (dict, type(None)),
+    "exit_status": (int, type(None)),
+}
 
 
 def _proc_stat(pid: int) -> tuple[bytes, int] | None:
