@@ -11,8 +11,10 @@ from collections.abc import Iterable
 _writers: list[socket.socket] = []
 
 
-def install(selector: selectors.BaseSelector, signums: Iterable[int], data: object) -> None:
-    """Deliver signums as readable events (their numbers as bytes) tagged with data."""
+def install(selector: selectors.BaseSelector, signums: Iterable[int], data: object,
+            ) -> socket.socket:
+    """Deliver signums as readable events (their numbers as bytes) tagged with data;
+    the socket they arrive on."""
     reader, writer = socket.socketpair()
     reader.setblocking(False)
     writer.setblocking(False)
@@ -21,6 +23,7 @@ def install(selector: selectors.BaseSelector, signums: Iterable[int], data: obje
     for signum in signums:
         signal.signal(signum, lambda *_: None)
     selector.register(reader, selectors.EVENT_READ, data)
+    return reader
 
 
 def received(reader: socket.socket) -> bytes:

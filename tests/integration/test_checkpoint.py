@@ -279,3 +279,27 @@ def test_restore_from_missing_or_corrupt_images(runtime: Runtime, tmp_path: Path
     assert "restore failed: RunTimeRestore exited 1" in corrupt.stderr
     assert runtime.scrun("state", "r1").returncode != 0
     shutil.rmtree(images)
+
+
+# Slurm's container guide gives runc a --root of its own in every oci.conf example.
+OWN_ROOT_OCI_CONF = "".join(
+    f'{directive}="runc --root /run/pyscrun-own-root {rest}"\n' for directive, rest in (
+        ("RunTimeQuery", "state %n.%u.%j.%s.%t"), ("RunTimeKill", "kill -a %n.%u.%j.%s.%t"),
+        ("RunTimeDelete", "delete --force %n.%u.%j.%s.%t"),
+        ("RunTimeRun", "run %n.%u.%j.%s.%t -b %b")))
+
+
+def test_a_runtime_with_a_root_of_its_own_is_checkpointed_and_restored(
+        runtime: Runtime, tmp_path: Path) -> None:
+    """With no pyscrun.conf, checkpoint and restore call the runtime as oci.conf does."""
+    runtime.write_conf("oci.conf", OWN_ROOT_OCI_CONF)
+    name = f"o{uuid.uuid4().hex[:8]}"
+    _ok(runtime, "run", "-d", "--name", name, IMAGE, "sh", "-c", COUNTER)
+    _wait_count(runtime, name, 5)
+    archive = tmp_path / "ck.tar.zst"
+    _ok(runtime, "container", "checkpoint", "--export", str(archive), name)
+    before = _counts(runtime, name)[-1][0]
+    _ok(runtime, "rm", name)
+    _ok(runtime, "container", "restore", "--import", str(archive), "--name", name + "r")
+    _wait_count(runtime, name + "r", before + 5)
+    _assert_continues([c for c, _ in _counts(runtime, name + "r")], before)

@@ -115,8 +115,9 @@ class Anchor:
         for entry in self.request.bundle.env:
             if entry.startswith("SLURM_JOB_ID="):
                 environ["SLURM_JOB_ID"] = entry.partition("=")[2]
+        # A job that waits in the queue is given up on SIGTERM, SIGINT or SIGHUP.
         self.allocation = self.backend.allocate(
-            self.site, self.state, self.request.job_options, environ)
+            self.site, self.state, self.request.job_options, environ, self.signals.fileno())
         self.state.job_id = self.allocation.job_id
         self.state.job_owned = self.allocation.owned
         self.store.save(self.state)
@@ -139,7 +140,7 @@ class Anchor:
             self._start()
 
     def run(self, ready_fd: int) -> NoReturn:
-        selfpipe.install(self.selector, _TERMINATING_SIGNALS, "signal")
+        self.signals = selfpipe.install(self.selector, _TERMINATING_SIGNALS, "signal")
         try:
             self._setup()
         except BaseException as err:

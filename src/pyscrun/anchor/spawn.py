@@ -52,6 +52,27 @@ def _open_fds() -> list[int]:
         return list(range(3, 1024))
 
 
+def _interrupted(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+def _report(read_fd: int) -> bytes:
+    """The anchor's one-line report on create (empty if it died first)."""
+    import signal
+
+    previous = signal.signal(signal.SIGTERM, _interrupted)
+    try:
+        reply = b""
+        while not reply.endswith(b"\n"):
+            chunk = os.read(read_fd, 4096)
+            if not chunk:
+                break
+            reply += chunk
+        return reply
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def start_anchor(request: CreateRequest, keep_fds: tuple[int, ...]) -> tuple[int, int]:
     """Fork the container's stand-in and the anchor; returns their pids once the anchor
     reported created. Raises on failure, leaving neither."""
@@ -91,13 +112,18 @@ def start_anchor(request: CreateRequest, keep_fds: tuple[int, ...]) -> tuple[int
             os._exit(1)
     os.close(write_fd)
     stand_in.close()
-    reply = b""
-    while not reply.endswith(b"\n"):
-        chunk = os.read(read_fd, 4096)
-        if not chunk:
-            break
-        reply += chunk
-    os.close(read_fd)
+    try:
+        reply = _report(read_fd)
+    except KeyboardInterrupt:
+        # Ctrl-C or SIGTERM while the job waits in the queue: the anchor withdraws it
+        # and gives up, and so does create.
+        os.kill(pid, 15)
+        _report(read_fd)
+        os.waitpid(pid, 0)
+        os.waitpid(stand_in.pid, 0)
+        raise
+    finally:
+        os.close(read_fd)
     if reply == b"ok\n":
         return pid, stand_in.pid
     os.waitpid(pid, 0)

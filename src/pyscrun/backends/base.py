@@ -40,7 +40,9 @@ class Backend:
     name = "abstract"
 
     def allocate(self, site: Site, state: ContainerState, options: dict[str, str],
-                 environ: dict[str, str]) -> Allocation:
+                 environ: dict[str, str], interrupt_fd: int = -1) -> Allocation:
+        """The job the container runs in. A wait for it (a queued job) gives up, and
+        leaves no job, as soon as interrupt_fd is readable."""
         raise NotImplementedError
 
     def launch(self, site: Site, allocation: Allocation, request: LaunchRequest) -> Step:

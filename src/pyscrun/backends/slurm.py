@@ -78,7 +78,7 @@ class SlurmBackend(Backend):
     name = "slurm"
 
     def allocate(self, site: Site, state: ContainerState, options: dict[str, str],
-                 environ: dict[str, str]) -> Allocation:
+                 environ: dict[str, str], interrupt_fd: int = -1) -> Allocation:
         given = environ.get("SLURM_JOB_ID")
         if given:
             return Allocation(job_id=given, nodes=[], owned=False,
@@ -89,7 +89,7 @@ class SlurmBackend(Backend):
                  if not a.startswith("--job-name=")]
         log.current.debug(f"slurm: {' '.join(argv)}")
         try:
-            held = HeldAllocation.request(argv, _env(site), SALLOC_TIMEOUT)
+            held = HeldAllocation.request(argv, _env(site), SALLOC_TIMEOUT, interrupt_fd)
         except BackendError as err:
             raise BackendError(
                 f"job allocation failed: {_slurm_error(str(err), 'salloc failed')}") from None

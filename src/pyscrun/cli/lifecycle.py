@@ -11,7 +11,7 @@ from pyscrun.anchor import protocol
 from pyscrun.anchor.store import Store
 from pyscrun.cli.main import Context
 from pyscrun.errors import AnchorError, ContainerNotFound, InvalidState, UsageError
-from pyscrun.oci.state import CREATED, RUNNING, STOPPED, ContainerState, shell_status
+from pyscrun.oci.state import CREATED, CREATING, RUNNING, STOPPED, ContainerState, shell_status
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -142,7 +142,11 @@ def delete(ctx: Context) -> int:
     status = state.effective_status()
     if status == RUNNING and not ctx.flag("force"):
         raise InvalidState(f"cannot delete container {state.id} that is running: use --force")
-    if status != STOPPED:
+    if status == CREATING:
+        # The anchor is still making the container (its job may wait in the queue) and
+        # serves no request yet: SIGTERM makes it give up.
+        os.kill(state.pid, 15)
+    elif status != STOPPED:
         try:
             _ask(store, state, {"op": "delete"})
         except AnchorError as err:

@@ -16,15 +16,18 @@ BACKENDS = ("auto", "local", "slurm")
 
 
 # pyscrun.conf's directives and their defaults. The checkpoint patterns use oci.conf's
-# %-patterns; `%@` stands for the checkpoint or restore options pyscrun builds.
+# %-patterns; `%@` stands for the checkpoint or restore options pyscrun builds. Unset,
+# they are derived from oci.conf's RunTimeDelete (checkpoint_commands).
 PYSCRUN_DEFAULTS = {
     # Ports an anchor listens on for its node agents (LOW-HIGH) where slurm.conf sets
     # no SrunPortRange; any free port when neither does.
     "AgentPortRange": "",
     "Backend": "auto",
-    "RunTimeCheckpoint": "runc checkpoint %@ %n.%u.%j.%s.%t",
-    "RunTimeRestore": "runc restore %@ --bundle %b %n.%u.%j.%s.%t",
+    "RunTimeCheckpoint": "",
+    "RunTimeRestore": "",
 }
+# The verb each is derived with, and what follows it before the container's name.
+_DERIVED = {"RunTimeCheckpoint": "checkpoint %@", "RunTimeRestore": "restore %@ --bundle %b"}
 _PYSCRUN_KEYS = {name.lower(): name for name in PYSCRUN_DEFAULTS}
 
 
@@ -89,6 +92,28 @@ class Site:
     @property
     def scrun_lua(self) -> str:
         return os.path.join(self.conf_dir, "scrun.lua")
+
+    def checkpoint_commands(self) -> dict[str, str]:
+        """RunTimeCheckpoint and RunTimeRestore: pyscrun.conf's, else oci.conf's
+        runtime as RunTimeDelete calls it (its own global options, `--root` included:
+        the container is only found where it was made) with checkpoint or restore
+        instead of delete, on the container name RunTimeDelete ends with. '' where
+        neither file says (RunTimeDelete is not `RUNTIME [OPTIONS] delete ... NAME`)."""
+        import shlex
+
+        try:
+            words = shlex.split(self.oci.RunTimeDelete or "")
+        except ValueError:
+            words = []
+        verb = words.index("delete") if "delete" in words[:-1] else -1
+        found = {}
+        for directive, action in _DERIVED.items():
+            given = str(getattr(self.pyscrun, directive))
+            if given or verb < 1:
+                found[directive] = given
+            else:
+                found[directive] = f"{shlex.join(words[:verb])} {action} {shlex.join(words[-1:])}"
+        return found
 
     def agent_port_range(self) -> tuple[int, int] | None:
         """Where the anchor listens for its agents: slurm.conf's SrunPortRange (the

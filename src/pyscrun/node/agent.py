@@ -296,6 +296,7 @@ class Agent:
             assert self.task_dir is not None
             order = images.fetch(self.control, order, self.ident.task_id, self.task_dir,
                                  self._handle)
+        criu.require(commands, "RunTimeRestore")
         self.process = self._spawn(commands, "RunTimeRestore",
                                    criu.restore_args(order, self.ident.task_id))
         self.runtime_pid = self.process.pid
@@ -427,9 +428,7 @@ def main(env: dict[str, str]) -> int:
         # task's SLURM_CONF (the local backend names the caller's).
         the_site = site.load(env.get("PYSCRUN_AGENT_SLURM_CONF") or env.get("SLURM_CONF")
                              or site.DEFAULT_SLURM_CONF)
-        more = {"RunTimeCheckpoint": the_site.pyscrun.RunTimeCheckpoint,
-                "RunTimeRestore": the_site.pyscrun.RunTimeRestore}
-        return Agent(env, the_site.oci, more).main()
+        return Agent(env, the_site.oci, the_site.checkpoint_commands()).main()
     except (ScrunError, OSError, KeyError, ValueError) as err:
         log.current.error(f"node agent: {err}")
         _report_error(env, str(err))
