@@ -84,7 +84,7 @@ CHANNELS: dict[str, dict[str, dict[str, Field]]] = {
     },
     # the anchor to a node agent
     "orders": {
-        "op kill": {"signal": Field(int, required=True, low=1, high=64)},
+        "op kill": {"signal": Field(int, required=True, low=1, high=64), "all": Field(bool, NONE)},
         "op checkpoint": CHECKPOINT_ORDER,
         "op file": FILE,
         "op images-sent": {"error": ERROR},

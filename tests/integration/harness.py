@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 SCRUN = Path(sys.executable).parent / "scrun"
 TEST_HOME = Path(os.environ.get("PYSCRUN_TEST_HOME", "/srv/pyscrun-test"))
 IMAGE = "localhost/pyscrun-test:latest"
-TASKS_DIR = Path("/run/pyscrun/tasks")
+TASKS_DIR = Path("/run/pyscrun-tasks")
 
 CREATE_START_OCI_CONF = """\
 # create/start mode with runc

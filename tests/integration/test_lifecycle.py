@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 from pathlib import Path
 
 from tests.integration.harness import Runtime, make_bundle, processes_mentioning, wait_for
@@ -121,3 +122,28 @@ def test_json_log_is_written_for_conmon(local_runtime: Runtime, tmp_path: Path) 
     assert local_runtime.scrun("--log-format", "text", "--log", str(text_log),
                                "state", "nope").returncode == 1
     assert "does not exist" in text_log.read_text()
+
+
+def test_kill_all_signals_every_process_of_the_container(runtime: Runtime, tmp_path: Path) -> None:
+    """`kill` reaches the container's init alone, `kill --all` each of its processes."""
+    child = "trap 'echo child-term; exit 0' TERM; while true; do sleep 0.1; done"
+    bundle = make_bundle(tmp_path, ["sh", "-c", f"trap 'echo init-term' TERM; sh -c \"{child}\" & "
+                                                "echo ready; while true; do sleep 0.1; done"])
+    output = tmp_path / "out"
+    with open(output, "wb") as out:
+        created = subprocess.run([str(runtime.wrapper), "create", "-b", str(bundle), "ka"],
+                                 stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.DEVNULL,
+                                 check=False)
+    assert created.returncode == 0, runtime.log_errors()
+    try:
+        assert runtime.scrun("start", "ka").returncode == 0
+        wait_for(lambda: "ready" in output.read_text(), 60, "the container to start")
+        assert runtime.scrun("kill", "ka", "TERM").returncode == 0
+        wait_for(lambda: "init-term" in output.read_text(), 30, "the init to get SIGTERM")
+        assert "child-term" not in output.read_text()
+        assert runtime.scrun("kill", "--all", "ka", "TERM").returncode == 0
+        wait_for(lambda: "child-term" in output.read_text(), 30, "the child to get SIGTERM")
+    finally:
+        runtime.scrun("kill", "ka", "KILL")
+        wait_for(lambda: _state(runtime, "ka")["status"] == "stopped", 30, "stopped")
+        assert runtime.scrun("delete", "ka").returncode == 0

@@ -4,14 +4,16 @@ anchor or prints a traceback."""
 from __future__ import annotations
 
 import json
+import os
 import resource
 import socket
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
 
-from tests.integration.harness import Runtime, make_bundle, wait_for
+from tests.integration.harness import SCRUN, Runtime, make_bundle, wait_for
 
 MALFORMED = [
     b'{"op":"kill","signal":"x"}\n',
@@ -130,3 +132,29 @@ def test_a_checkpoint_manifest_of_the_wrong_shape_is_one_line(local_runtime: Run
     [line] = done.stderr.strip().splitlines()
     assert line.startswith("scrun: error: checkpoint manifest in ") and "Traceback" not in line
     assert not (local_runtime.root / "r1").exists()
+
+
+def test_a_container_named_tasks_under_the_default_root(tmp_path: Path) -> None:
+    """The default task dir is not inside the default --root: an id is never taken
+    by another container's task dir."""
+    conf_dir = tmp_path / "etc"
+    conf_dir.mkdir()
+    scrun = [str(SCRUN), "-f", str(conf_dir / "slurm.conf")]  # no --root: the default
+    other = make_bundle(tmp_path / "other", ["sleep", "1000"])
+    bundle = make_bundle(tmp_path, ["echo", "named tasks"])
+    assert _scrun(scrun, "create", "-b", str(other), f"other-{tmp_path.name}")[0] == 0
+    try:
+        assert _scrun(scrun, "start", f"other-{tmp_path.name}")[0] == 0
+        code, out = _scrun(scrun, "run", "-b", str(bundle), "tasks")
+        assert (code, out) == (0, "named tasks\n")
+    finally:
+        _scrun(scrun, "delete", "--force", f"other-{tmp_path.name}")
+    assert not Path("/run/pyscrun/tasks").exists()
+
+
+def _scrun(scrun: list[str], *args: str) -> tuple[int, str]:
+    with open(os.devnull, "rb") as null, tempfile.TemporaryFile() as out:
+        done = subprocess.run([*scrun, *args], stdin=null, stdout=out, stderr=subprocess.DEVNULL,
+                              timeout=60, check=False)
+        out.seek(0)
+        return done.returncode, out.read().decode()

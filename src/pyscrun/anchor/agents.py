@@ -56,7 +56,7 @@ class AgentLink:
 class Agents:
     def __init__(self) -> None:
         self.connected: list[AgentLink] = []
-        self.pending_kills: list[int] = []
+        self.pending_kills: list[dict[str, Any]] = []
         self.exit_statuses: list[int] = []
         self.running = 0  # agents that reported their container running
         self.lost = 0  # agents whose connection closed before they reported an exit
@@ -67,8 +67,8 @@ class Agents:
     def hello(self, agent: AgentLink, task: str, node: str) -> None:
         agent.task, agent.node, agent.deadline = task, node, None
         self.connected.append(agent)
-        for signum in self.pending_kills:
-            agent.send({"op": "kill", "signal": signum})
+        for order in self.pending_kills:
+            agent.send(order)
 
     def stdin_taker(self) -> AgentLink | None:
         """Task 0's agent, which reads the container's stdin, as with srun."""
@@ -89,11 +89,13 @@ class Agents:
         connected once their step is over (about to be killed with it)."""
         return self.lost + sum(not agent.reported_exit for agent in self.connected)
 
-    def kill(self, signum: int) -> None:
-        """Order every agent to signal its container; agents yet to come get it too."""
-        self.pending_kills.append(signum)
+    def kill(self, signum: int, every: bool = False) -> None:
+        """Order every agent to signal its container's init (every: each of its
+        processes, as `kill --all`); agents yet to come get it too."""
+        order = {"op": "kill", "signal": signum, "all": every}
+        self.pending_kills.append(order)
         for agent in list(self.connected):
-            agent.send({"op": "kill", "signal": signum})
+            agent.send(order)
 
     def nodes(self) -> list[str]:
         return sorted({agent.node for agent in self.connected if agent.node})

@@ -88,6 +88,7 @@ class Anchor:
         self.state = ContainerState(
             id=request.container_id, bundle=bundle.path, pid=os.getpid(),
             pid_start=process_start_time(os.getpid()), stand_in=self.stand_in.pid,
+            stand_in_start=process_start_time(self.stand_in.pid),
             created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             annotations=bundle.annotations, rootfs=bundle.rootfs,
             owner=_user_name(), backend=self.backend.name,
@@ -351,7 +352,7 @@ class Anchor:
         if op == "start":
             self._start()
         elif op == "kill":
-            self._kill(message["signal"])
+            self._kill(message["signal"], bool(message.get("all")))
         elif op == "delete":
             self._kill(signal.SIGKILL)
         elif op == "checkpoint":
@@ -432,7 +433,7 @@ class Anchor:
             os.close(self.terminal_fd)
             self.terminal_fd = None
 
-    def _kill(self, signum: int) -> None:
+    def _kill(self, signum: int, every: bool = False) -> None:
         status = self.state.status
         if status == CREATED:
             # Nothing runs yet: a signal that would end a process ends the container
@@ -444,7 +445,7 @@ class Anchor:
             raise InvalidState(f"cannot kill a container that is {status}")
         if signum == signal.SIGKILL and self.kill_deadline is None:
             self.kill_deadline = time.monotonic() + KILL_GRACE
-        self.agents.kill(signum)
+        self.agents.kill(signum, every)
 
     def _checkpoint(self, client: Connection, order: dict[str, Any]) -> None:
         if self.state.status != RUNNING:

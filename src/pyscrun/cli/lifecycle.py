@@ -10,8 +10,16 @@ from pyscrun import log
 from pyscrun.anchor import protocol
 from pyscrun.anchor.store import Store
 from pyscrun.cli.main import Context
-from pyscrun.errors import AnchorError, ContainerNotFound, InvalidState, UsageError
-from pyscrun.oci.state import CREATED, CREATING, RUNNING, STOPPED, ContainerState, shell_status
+from pyscrun.errors import AnchorError, ContainerNotFound, InvalidState, ScrunError, UsageError
+from pyscrun.oci.state import (
+    CREATED,
+    CREATING,
+    RUNNING,
+    STOPPED,
+    ContainerState,
+    process_alive,
+    shell_status,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -108,19 +116,40 @@ def kill(ctx: Context) -> int:
     store = ctx.store
     state = store.load(ctx.container_id)
     if state.effective_status() not in (CREATED, RUNNING):
-        raise InvalidState("container not running")  # runc's words, which podman reads
+        # runc says so once the container's pid is gone, and podman, told so, checks
+        # that pid: the stand-in outlives the container while the job is given back.
+        _wait_gone(state.stand_in, state.stand_in_start, DELETE_TIMEOUT)
+        raise InvalidState("container not running")  # runc's words
     _ask(store, state, {"op": "kill", "signal": signum, "all": ctx.flag("all")})
     return 0
 
 
-def _wait_gone(state: ContainerState, timeout: float) -> bool:
+def _wait_stopped(store: Store, state: ContainerState, timeout: float) -> bool:
+    """Wait until the anchor has recorded the container's end, or is gone. An anchor
+    that is still giving its job back (slurmctld away, say) is left to finish it."""
+    deadline = time.monotonic() + timeout
+    while process_alive(state.pid, state.pid_start):
+        try:
+            if store.load(state.id).status == STOPPED:
+                return True
+        except ScrunError:
+            pass
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        _wait_gone(state.pid, state.pid_start, min(remaining, 0.2))
+    return True
+
+
+def _wait_gone(pid: int, start_time: int, timeout: float) -> bool:
+    """Wait until the process pid (that started at start_time) has ended."""
     try:
-        pidfd = os.pidfd_open(state.pid)
-    except ProcessLookupError:
+        pidfd = os.pidfd_open(pid)
+    except (ProcessLookupError, ValueError):
         return True
     try:
         deadline = time.monotonic() + timeout
-        while state.effective_status() != STOPPED:
+        while process_alive(pid, start_time):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return False
@@ -151,11 +180,14 @@ def delete(ctx: Context) -> int:
             _ask(store, state, {"op": "delete"})
         except AnchorError as err:
             log.current.info(f"anchor unreachable, ending it: {err}")
-        if not _wait_gone(state, DELETE_TIMEOUT):
-            log.current.error(f"anchor {state.pid} did not exit: killing it")
-            os.kill(state.pid, 9)  # SIGKILL; the signal module costs an import here
-            _wait_gone(state, 5)
+    if status != STOPPED and not _wait_stopped(store, state, DELETE_TIMEOUT):
+        log.current.error(f"anchor {state.pid} did not exit: killing it")
+        os.kill(state.pid, 9)  # SIGKILL; the signal module costs an import here
+        _wait_gone(state.pid, state.pid_start, 5)
+    try:
         state = store.load(state.id)
+    except ContainerNotFound:
+        return 0  # a create that gave up has removed it itself
     if state.status != STOPPED:
         # The anchor died without finishing: end what it held.
         from pyscrun import backends

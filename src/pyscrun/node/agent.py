@@ -64,7 +64,7 @@ class Agent:
         # create/start mode: the init the runtime created and the program it ran then
         # (the runtime's own), until it has run the container's process.
         self.created_init: tuple[int, str] | None = None
-        self.pending_signals: list[int] = []
+        self.pending_signals: list[tuple[int, bool]] = []
         self.ended_by_itself = False
         self.guard: Guard | None = None
         self.ident = TaskIdentity(env)
@@ -128,7 +128,7 @@ class Agent:
                 message = messages.check(frames.decode_message(payload), "orders")
                 op = message.get("op")
                 if op == "kill":
-                    self.deliver(message["signal"])
+                    self.deliver(message["signal"], bool(message.get("all")))
                 elif op == "checkpoint":
                     self._checkpoint(message)
             except ValueError as err:
@@ -151,9 +151,10 @@ class Agent:
         self._send({"event": "checkpointed", "error": error})
 
     # -- signals -------------------------------------------------------------------
-    def deliver(self, signum: int) -> None:
-        """Send signum to the container's init, or keep it until the init exists."""
-        self.pending_signals.append(signum)
+    def deliver(self, signum: int, every: bool = False) -> None:
+        """Send signum to the container's init (every: to each of its processes), or
+        keep it until the init exists."""
+        self.pending_signals.append((signum, every))
         self._flush_signals()
 
     def _flush_signals(self) -> None:
@@ -162,11 +163,12 @@ class Agent:
         pid = self._container_init()
         if not pid:
             return
-        for signum in self.pending_signals:
-            try:
-                os.kill(pid, signum)
-            except ProcessLookupError:
-                pass
+        for signum, every in self.pending_signals:
+            for target in [pid, *_descendants(pid)] if every else [pid]:
+                try:
+                    os.kill(target, signum)
+                except ProcessLookupError:
+                    pass
         self.pending_signals.clear()
 
     def _container_init(self) -> int:
@@ -401,16 +403,32 @@ def _program(pid: int) -> str:
         return ""
 
 
-def _children() -> list[int]:
-    """This process's children that are not reaped yet, oldest first."""
+def _children(pid: int | str = "self") -> list[int]:
+    """The children of pid (this process's own by default) that are not reaped yet,
+    oldest first."""
     found = []
-    for thread in os.listdir("/proc/self/task"):
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    for thread in threads:
         try:
-            with open(f"/proc/self/task/{thread}/children") as listing:
-                found += [int(pid) for pid in listing.read().split()]
+            with open(f"/proc/{pid}/task/{thread}/children") as listing:
+                found += [int(child) for child in listing.read().split()]
         except OSError:
             continue
     return sorted(found, key=process_start_time)
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every process below pid: the rest of the container, below its init."""
+    found: list[int] = []
+    parents = [pid]
+    while parents:
+        children = _children(parents.pop())
+        found += children
+        parents += children
+    return found
 
 
 def _set_child_subreaper() -> None:

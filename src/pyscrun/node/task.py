@@ -41,7 +41,8 @@ class TaskIdentity:
 
 def default_container_path() -> Path:
     if os.getuid() == 0:
-        return Path("/run/pyscrun/tasks")
+        # Beside the default --root, not in it: a container named "tasks" is no task dir.
+        return Path("/run/pyscrun-tasks")
     runtime_dir = os.environ.get("XDG_RUNTIME_DIR")
     if runtime_dir:
         return Path(runtime_dir) / "pyscrun-tasks"

@@ -22,8 +22,9 @@ class ContainerState:
         "id": "", "bundle": "", "status": CREATING,
         "pid": 0,  # the anchor's pid: it holds the container
         "pid_start": 0,  # start time of that pid (clock ticks), to tell a reused pid apart
-        # The pid callers are given: the container's stand-in (anchor/stand_in.py).
-        "stand_in": 0,
+        # The pid callers are given: the container's stand-in (anchor/stand_in.py), and
+        # its start time.
+        "stand_in": 0, "stand_in_start": 0,
         "created": "", "annotations": None, "rootfs": "", "owner": "",
         "exit_status": None, "backend": "local", "job_id": "", "job_owned": False,
         "extra": None,
@@ -35,6 +36,7 @@ class ContainerState:
     pid: int
     pid_start: int
     stand_in: int
+    stand_in_start: int
     created: str
     annotations: dict[str, str]
     rootfs: str
