@@ -47,6 +47,19 @@ class Logger:
         self.prefix = "scrun"
         self.stderr: IO[str] | None = sys.stderr
         self._file: IO[str] | None = None
+        # The levels the command line or the environment set: oci.conf's give way.
+        self.chosen: set[str] = set()
+
+    def take_defaults(self, stderr: int | None, file: int | None, syslog: int | None,
+                      debug_flags: str = "") -> None:
+        """oci.conf's StdIODebug, FileDebug and SyslogDebug, where nothing stronger
+        chose; DebugFlags (any) asks for debug messages in the --log file."""
+        if debug_flags and file is None:
+            file = DEBUG
+        for target, level in (("stderr_level", stderr), ("file_level", file),
+                              ("syslog_level", syslog)):
+            if level is not None and target not in self.chosen:
+                setattr(self, target, level)
 
     def log(self, level: int, msg: str) -> None:
         if level <= self.stderr_level and self.stderr is not None:
@@ -125,15 +138,18 @@ def configure(
     logger = Logger(file_path=log_path or None, file_format=log_format)
     if debug:
         logger.stderr_level = logger.file_level = DEBUG
+        logger.chosen.update(("stderr_level", "file_level"))
     if verbosity:
         logger.stderr_level = min(DEBUG5, max(logger.stderr_level, ERROR + verbosity))
         logger.file_level = max(logger.file_level, logger.stderr_level)
+        logger.chosen.update(("stderr_level", "file_level"))
     for name, targets in _LEVEL_VARIABLES:
         value = environ.get(name)
         if value:
             level = parse_level(value, name)
             for target in targets:
                 setattr(logger, target, level)
+                logger.chosen.add(target)
     return logger
 
 

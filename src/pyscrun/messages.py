@@ -58,7 +58,8 @@ _CRIU_FLAGS = {name: Field(bool, str, NONE) for name in (
     "manage_cgroups_mode")}
 CHECKPOINT_ORDER = {"image_path": Field(str, required=True), "work_path": Field(str, NONE),
                     "leave_running": Field(bool, NONE), "probe": Field(str, NONE),
-                    "tasks": Field(int, low=1, high=1 << 16), **_CRIU_FLAGS}
+                    "tasks": Field(int, low=1, high=1 << 16), "criu": Field(str, NONE),
+                    **_CRIU_FLAGS}
 FILE = {"area": Field(str, required=True), "path": Field(str, required=True)}
 
 # channel -> message name ("op NAME" or "event NAME") -> its fields

@@ -303,3 +303,27 @@ def test_a_runtime_with_a_root_of_its_own_is_checkpointed_and_restored(
     _ok(runtime, "container", "restore", "--import", str(archive), "--name", name + "r")
     _wait_count(runtime, name + "r", before + 5)
     _assert_continues([c for c, _ in _counts(runtime, name + "r")], before)
+
+
+def test_the_global_criu_flag_names_the_criu_that_dumps_and_restores(runtime: Runtime,
+                                                                     tmp_path: Path) -> None:
+    real = require("criu", "criu (installed by scripts/criu-setup.sh through `make setup`)")
+    used = tmp_path / "criu-used"
+    criu = tmp_path / "my-criu"
+    criu.write_text(f"#!/bin/sh\necho \"$1\" >> {used}\nexec {real} \"$@\"\n")
+    criu.chmod(0o755)
+    refused = runtime.scrun("--criu", str(tmp_path / "none"), "checkpoint", "x")
+    assert refused.returncode == 2 and "not an executable file" in refused.stderr
+    bundle = make_bundle(tmp_path, ["sh", "-c", "while true; do sleep 0.2; done"])
+    _scrun_ok(runtime, "create", "-b", str(bundle), "cr1")
+    _scrun_ok(runtime, "start", "cr1")
+    time.sleep(1)
+    images = tmp_path / "img"
+    _scrun_ok(runtime, "--criu", str(criu), "checkpoint", "--image-path", str(images), "cr1")
+    assert "dump" in used.read_text().split()
+    _scrun_ok(runtime, "delete", "cr1")
+    _scrun_ok(runtime, "--criu", str(criu), "restore", "--image-path", str(images),
+              "-b", str(bundle), "cr2")
+    assert "restore" in used.read_text().split()
+    assert _status(runtime, "cr2") == "running"
+    _scrun_ok(runtime, "delete", "--force", "cr2")

@@ -101,3 +101,22 @@ def test_default_root_works_for_root_without_a_flag(tmp_path: Path) -> None:
                           capture_output=True, text=True, check=False)
     assert done.returncode == 2, done.stderr
     assert not Path("/run/pyscrun/noroot").exists()
+
+
+@pytest.mark.parametrize(("directives", "env", "stderr_debug", "file_debug"), [
+    ("", {}, False, False),
+    ("StdIODebug=debug\n", {}, True, False),
+    ("FileDebug=debug\n", {}, False, True),
+    ("DebugFlags=Steps\n", {}, False, True),
+    # What the environment (or the command line) says wins over oci.conf.
+    ("StdIODebug=debug\nFileDebug=debug\n", {"SCRUN_STDERR_DEBUG": "error",
+                                             "SCRUN_FILE_DEBUG": "info"}, False, False),
+])
+def test_log_levels_of_oci_conf(run_mode_runtime: Runtime, tmp_path: Path, directives: str,
+                                env: dict[str, str], stderr_debug: bool, file_debug: bool) -> None:
+    _with(run_mode_runtime, directives)
+    bundle = make_bundle(tmp_path, ["true"])
+    done = run_mode_runtime.scrun("run", "-b", str(bundle), "lv", env={**os.environ, **env})
+    assert done.returncode == 0, done.stderr
+    assert (": debug: " in done.stderr) is stderr_debug, done.stderr
+    assert (" debug: " in run_mode_runtime.log.read_text()) is file_debug

@@ -8,7 +8,7 @@ import os
 from pyscrun import log
 from pyscrun.anchor import protocol
 from pyscrun.cli.main import Context
-from pyscrun.errors import BundleError, ScrunError
+from pyscrun.errors import BundleError, ScrunError, UsageError
 from pyscrun.oci.state import RUNNING, STOPPED
 
 # Dumping a large container takes a while; podman itself waits without a limit.
@@ -33,7 +33,24 @@ def _criu_order(ctx: Context, default_image: str) -> dict[str, object]:
     for name in _ACCEPTED_ONLY:
         if ctx.options.get(name):
             log.current.info(f"--{name.replace('_', '-')} is accepted but has no effect")
+    criu = ctx.option("criu")
+    if criu:
+        order["criu"] = _criu_path(ctx, criu)
     return order
+
+
+def _criu_path(ctx: Context, criu: str) -> str:
+    """runc's global --criu, for the runtime on the nodes (which share the software)."""
+    from pyscrun.conf import site
+
+    path = os.path.abspath(criu)
+    if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        raise UsageError(f"--criu {criu}: not an executable file")
+    conf = site.load(ctx.slurm_conf).pyscrun
+    if conf.RunTimeCheckpoint or conf.RunTimeRestore:
+        raise UsageError("--criu cannot change pyscrun.conf's RunTimeCheckpoint and "
+                         "RunTimeRestore: name the criu in them")
+    return path
 
 
 def checkpoint(ctx: Context) -> int:

@@ -51,6 +51,8 @@ def create_container(ctx: Context, restore: dict[str, Any] | None = None,
     if not preserve.isdigit():
         raise UsageError(f"--preserve-fds needs a number, not {preserve!r}")
     the_site = site.load(ctx.slurm_conf)
+    oci = the_site.oci
+    log.current.take_defaults(oci.StdIODebug, oci.FileDebug, oci.SyslogDebug, oci.DebugFlags)
     job_options = scrun_env.job_options(ctx.environ, bundle.env)
     if restore is not None and int(restore.get("tasks", 1)) > 1:
         # The restored container needs as many tasks as were checkpointed.

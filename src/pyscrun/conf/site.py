@@ -93,12 +93,13 @@ class Site:
     def scrun_lua(self) -> str:
         return os.path.join(self.conf_dir, "scrun.lua")
 
-    def checkpoint_commands(self) -> dict[str, str]:
+    def checkpoint_commands(self, criu: str = "") -> dict[str, str]:
         """RunTimeCheckpoint and RunTimeRestore: pyscrun.conf's, else oci.conf's
         runtime as RunTimeDelete calls it (its own global options, `--root` included:
         the container is only found where it was made) with checkpoint or restore
         instead of delete, on the container name RunTimeDelete ends with. '' where
-        neither file says (RunTimeDelete is not `RUNTIME [OPTIONS] delete ... NAME`)."""
+        neither file says (RunTimeDelete is not `RUNTIME [OPTIONS] delete ... NAME`).
+        criu: the runtime's global `--criu PATH` (derived commands only)."""
         import shlex
 
         try:
@@ -112,7 +113,11 @@ class Site:
             if given or verb < 1:
                 found[directive] = given
             else:
-                found[directive] = f"{shlex.join(words[:verb])} {action} {shlex.join(words[-1:])}"
+                runtime = shlex.join(words[:verb])
+                if criu:
+                    # A literal %: the pattern language's own escape.
+                    runtime += " --criu " + shlex.quote(criu).replace("%", "%%")
+                found[directive] = f"{runtime} {action} {shlex.join(words[-1:])}"
         return found
 
     def agent_port_range(self) -> tuple[int, int] | None:

@@ -48,7 +48,8 @@ REPORT_TIMEOUT = 30.0
 
 
 class Agent:
-    def __init__(self, env: dict[str, str], conf: OciConf, more_patterns: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], conf: OciConf,
+                 checkpoint_commands: Callable[[str], dict[str, str]]) -> None:
         self.env = env
         self.conf = conf
         self.selector = selectors.DefaultSelector()
@@ -68,7 +69,9 @@ class Agent:
         self.ended_by_itself = False
         self.guard: Guard | None = None
         self.ident = TaskIdentity(env)
-        self.more_patterns = more_patterns
+        # RunTimeCheckpoint and RunTimeRestore, given the criu the order names ('' for
+        # the runtime's own choice).
+        self.checkpoint_commands = checkpoint_commands
         # The local backend's anchor wants the container's init pid, to give its
         # stand-in the container's namespaces.
         self.pid_wanted = env.get("PYSCRUN_AGENT_REPORT_PID") == "1" and bool(conf.RunTimeQuery)
@@ -144,11 +147,18 @@ class Agent:
         try:
             if self.commands is None or self.task_dir is None:
                 raise RuntimeCommandError("the container is not running yet")
-            images.checkpoint(self.control, self.commands, order, self.ident.task_id,
+            images.checkpoint(self.control, self._for(order), order, self.ident.task_id,
                               self.task_dir)
         except (ScrunError, OSError) as err:
             error = str(err)
         self._send({"event": "checkpointed", "error": error})
+
+    def _for(self, order: dict[str, Any]) -> RuntimeCommands:
+        """The runtime commands a checkpoint or restore order asks for: with the
+        criu it names (`scrun --criu PATH`), if any."""
+        assert self.commands is not None
+        path = order.get("criu")
+        return self.commands.with_more(self.checkpoint_commands(path)) if path else self.commands
 
     # -- signals -------------------------------------------------------------------
     def deliver(self, signum: int, every: bool = False) -> None:
@@ -298,6 +308,7 @@ class Agent:
             assert self.task_dir is not None
             order = images.fetch(self.control, order, self.ident.task_id, self.task_dir,
                                  self._handle)
+        commands = self._for(order)
         criu.require(commands, "RunTimeRestore")
         self.process = self._spawn(commands, "RunTimeRestore",
                                    criu.restore_args(order, self.ident.task_id))
@@ -343,7 +354,8 @@ class Agent:
         selfpipe.install(self.selector, _FORWARDED_SIGNALS, "signal")
         self.connect()
         try:
-            self.commands = commands = task.prepare(self.more_patterns, self._start_guard(task))
+            self.commands = commands = task.prepare(self.checkpoint_commands(""),
+                                                    self._start_guard(task))
             # After the guard started: it must not be adopted back.
             _set_child_subreaper()
             restore = self.env.get("PYSCRUN_AGENT_RESTORE")
@@ -446,7 +458,10 @@ def main(env: dict[str, str]) -> int:
         # task's SLURM_CONF (the local backend names the caller's).
         the_site = site.load(env.get("PYSCRUN_AGENT_SLURM_CONF") or env.get("SLURM_CONF")
                              or site.DEFAULT_SLURM_CONF)
-        return Agent(env, the_site.oci, the_site.checkpoint_commands()).main()
+        oci = the_site.oci
+        # Not StdIODebug: the agent's stderr is the container's.
+        log.current.take_defaults(None, oci.FileDebug, oci.SyslogDebug, oci.DebugFlags)
+        return Agent(env, oci, the_site.checkpoint_commands).main()
     except (ScrunError, OSError, KeyError, ValueError) as err:
         log.current.error(f"node agent: {err}")
         _report_error(env, str(err))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import subprocess
 from pathlib import Path
@@ -28,6 +29,12 @@ class RuntimeCommands:
         exclude = conf.RunTimeEnvExclude
         self.env = {k: v for k, v in environ.items()
                     if not (exclude and exclude.search(f"{k}={v}"))}
+
+    def with_more(self, more: dict[str, str]) -> RuntimeCommands:
+        """These commands with other pyscrun.conf patterns (checkpoint, restore)."""
+        other = copy.copy(self)
+        other.more = more
+        return other
 
     def pattern(self, directive: str) -> str:
         return self.more.get(directive) or str(getattr(self.conf, directive, ""))
