@@ -320,10 +320,12 @@ def test_the_global_criu_flag_names_the_criu_that_dumps_and_restores(runtime: Ru
     time.sleep(1)
     images = tmp_path / "img"
     _scrun_ok(runtime, "--criu", str(criu), "checkpoint", "--image-path", str(images), "cr1")
-    assert "dump" in used.read_text().split()
+    # runc runs criu as a service (`criu swrk`), once for the dump, once for the restore.
+    dumped = len(used.read_text().splitlines())
+    assert dumped >= 1
     _scrun_ok(runtime, "delete", "cr1")
     _scrun_ok(runtime, "--criu", str(criu), "restore", "--image-path", str(images),
               "-b", str(bundle), "cr2")
-    assert "restore" in used.read_text().split()
+    assert len(used.read_text().splitlines()) > dumped
     assert _status(runtime, "cr2") == "running"
     _scrun_ok(runtime, "delete", "--force", "cr2")
