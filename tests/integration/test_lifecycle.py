@@ -147,3 +147,23 @@ def test_kill_all_signals_every_process_of_the_container(runtime: Runtime, tmp_p
         runtime.scrun("kill", "ka", "KILL")
         wait_for(lambda: _state(runtime, "ka")["status"] == "stopped", 30, "stopped")
         assert runtime.scrun("delete", "ka").returncode == 0
+
+
+def test_ctrl_c_on_run_goes_to_the_container(runtime: Runtime, tmp_path: Path) -> None:
+    """As with `runc run`: the container gets SIGINT and decides how it ends."""
+    bundle = make_bundle(tmp_path, ["sh", "-c", "trap 'echo got-int; exit 7' INT; echo ready; "
+                                                "while true; do sleep 0.1; done"])
+    output = tmp_path / "out"
+    with open(output, "wb") as out:
+        run = subprocess.Popen([str(runtime.wrapper), "run", "-b", str(bundle), "cc"],
+                               stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: "ready" in output.read_text(), 60, "the container to start")
+        run.send_signal(signal.SIGINT)
+        assert run.wait(30) == 7
+        assert output.read_text() == "ready\ngot-int\n"
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+            runtime.scrun("delete", "--force", "cc")

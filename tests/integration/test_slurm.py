@@ -15,8 +15,10 @@ import pytest
 
 from tests.integration.harness import (
     IMAGE,
+    RUN_OCI_CONF,
     Runtime,
     hangs_and_failures,
+    make_bundle,
     make_slurm_runtime,
     podman,
     podman_env,
@@ -158,3 +160,14 @@ def test_two_hundred_sequential_runs_never_hang(slurm_runtime: Runtime) -> None:
     assert hangs_and_failures(
         200, lambda: podman(slurm_runtime, "run", "--rm", IMAGE, "/bin/true", timeout=60),
         slurm_runtime) == []
+
+
+def test_an_srun_that_cannot_run_says_why(slurm_runtime: Runtime, tmp_path: Path) -> None:
+    fake = tmp_path / "srun"
+    fake.write_text("not a program\n")
+    fake.chmod(0o755)
+    slurm_runtime.write_conf("oci.conf", RUN_OCI_CONF + f"SrunPath={fake}\n")
+    bundle = make_bundle(tmp_path, ["true"])
+    done = slurm_runtime.scrun("run", "-b", str(bundle), "nosrun")
+    assert done.returncode == 127, done.stderr
+    assert f"cannot run {fake}: Exec format error" in done.stderr

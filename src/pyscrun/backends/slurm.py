@@ -129,6 +129,10 @@ class SlurmBackend(Backend):
                 os.dup2(null, 0)
                 os.close(null)
             os.execvpe(argv[0], argv, env)
+        except OSError as err:
+            # Where the container's errors go: the caller's stderr, and the log.
+            log.current.stderr = sys.stderr
+            log.current.error(f"cannot run {argv[0]}: {err.strerror}")
         finally:
             os._exit(127)
 

@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 # How long delete waits for the anchor to wind down after ordering the kill.
 DELETE_TIMEOUT = 30.0
+# What `run` passes on to the container: SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGTERM.
+FORWARDED_SIGNALS = (1, 2, 3, 10, 12, 15)
 
 
 def create_container(ctx: Context, restore: dict[str, Any] | None = None,
@@ -101,14 +103,31 @@ def start(ctx: Context) -> int:
 
 def run(ctx: Context) -> int:
     store, container_id, (anchor, stand_in) = create_container(ctx)
-    _ask(store, store.load(container_id), {"op": "start"})
+    state = store.load(container_id)
+    _ask(store, state, {"op": "start"})
     if ctx.flag("detach"):
         return 0
+    _forward_signals(store, state)
     # The stand-in exits with the container's status once the anchor is done.
     _, status = os.waitpid(stand_in, 0)
     os.waitpid(anchor, 0)
     store.remove(container_id)
     return shell_status(status)
+
+
+def _forward_signals(store: Store, state: ContainerState) -> None:
+    """As `runc run` does: the signals this process gets go to the container (Ctrl-C
+    included), which decides how it ends."""
+    import signal
+
+    def forward(signum: int, frame: Any) -> None:
+        try:
+            _ask(store, state, {"op": "kill", "signal": signum})
+        except ScrunError as err:
+            log.current.info(f"signal {signum} not forwarded: {err}")
+
+    for signum in FORWARDED_SIGNALS:
+        signal.signal(signum, forward)
 
 
 def kill(ctx: Context) -> int:
