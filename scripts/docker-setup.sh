@@ -20,8 +20,6 @@ set -euo pipefail
 need_root
 
 PACKAGES=(docker.io containerd busybox-static)
-DAEMONS=(dockerd containerd containerd-shim docker-proxy)
-UNITS=(docker.service docker.socket containerd.service)
 H="${PYSCRUN_TEST_HOME:-/srv/pyscrun-test}"
 BUSYBOX=/bin/busybox
 APT_LOG=/tmp/pyscrun-docker-setup.log

@@ -67,21 +67,10 @@ package_installed() {
     [[ "$(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null || true)" == installed ]]
 }
 
-# daemon_pids NAME...: pids of processes whose comm starts with one of the NAMEs, one
-# per line, sorted as text for comm(1). Reads /proc: procps may not be installed yet.
-daemon_pids() {
-    local p c d
-    for p in /proc/[0-9]*; do
-        c="$(cat "$p/comm" 2>/dev/null)" || continue
-        for d in "$@"; do
-            if [[ $c == "$d"* ]]; then echo "${p#/proc/}"; fi
-        done
-    done | sort
-}
-
 # install_missing: apt-get install whichever of the array PACKAGES is missing, with
-# apt's output in APT_LOG, without leaving running any daemon (comm names in the
-# array DAEMONS, systemd units in the array UNITS) that a package script started.
+# apt's output in APT_LOG. A policy-rc.d keeps package scripts from starting their
+# daemons (munged, slurmctld, dockerd, ...); nothing already running is touched, so a
+# site's own munge or Slurm stays exactly as it was.
 install_missing() {
     local p missing=()
     for p in "${PACKAGES[@]}"; do
@@ -90,8 +79,7 @@ install_missing() {
     [[ ${#missing[@]} -eq 0 ]] && return 0
 
     say "installing: ${missing[*]}"
-    local before policy=/usr/sbin/policy-rc.d our_policy="" rc=0
-    before="$(daemon_pids "${DAEMONS[@]}")"
+    local policy=/usr/sbin/policy-rc.d our_policy="" rc=0
     # invoke-rc.d and deb-systemd-invoke honour policy-rc.d; only add one if none exists.
     if [[ ! -e $policy ]]; then
         printf '#!/bin/sh\nexit 101\n' >"$policy"
@@ -111,20 +99,6 @@ install_missing() {
         die "apt-get failed (exit $rc); full log: $APT_LOG"
     fi
 
-    # Stop any daemon that appeared during the installation, and only those.
-    local pid new
-    new="$(comm -13 <(printf '%s\n' "$before") <(daemon_pids "${DAEMONS[@]}") | grep -E '^[0-9]+$' || true)"
-    for pid in $new; do
-        say "stopping daemon started by package installation: $(cat "/proc/$pid/comm" 2>/dev/null) (pid $pid)"
-        kill "$pid" 2>/dev/null || true
-    done
-    if [[ -n $new ]]; then
-        sleep 2
-        for pid in $new; do kill -9 "$pid" 2>/dev/null || true; done
-    fi
-    if [[ -d /run/systemd/system ]] && command -v systemctl >/dev/null 2>&1; then
-        systemctl stop "${UNITS[@]}" >/dev/null 2>&1 || true
-    fi
     for p in "${missing[@]}"; do
         package_installed "$p" || die "package $p is still not installed"
     done

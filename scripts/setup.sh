@@ -17,9 +17,6 @@ PACKAGES=(
     python3-venv python3-dev
     tmux uidmap rsync procps psmisc iproute2 util-linux fuse-overlayfs tini
 )
-# Daemons (and their systemd units) that package scripts may start on installation.
-DAEMONS=(munged slurmctld slurmd slurmdbd)
-UNITS=(munge.service slurmctld.service slurmd.service)
 APT_LOG=/tmp/pyscrun-setup-apt.log
 
 setup_venv() {
