@@ -255,6 +255,34 @@ def test_slurmctld_away_when_the_container_ends(cluster: Cluster, tmp_path: Path
         assert job_state(conf, job) != "RUNNING"
 
 
+def test_delete_while_slurmctld_is_away_leaves_the_anchor_to_give_the_job_back(
+        cluster: Cluster, tmp_path: Path) -> None:
+    """delete returns once the container has stopped; the anchor, still giving the job
+    back, is not killed (that would leave the job running to its time limit)."""
+    conf = cluster.up(1)
+    runtime = make_slurm_runtime(tmp_path, conf)
+    leaks = ScopedLeakCheck(runtime, str(tmp_path), conf)
+    bundle = make_bundle(tmp_path, ["sleep", "1000"])
+    assert runtime.scrun("create", "-b", str(bundle), "d1").returncode == 0
+    assert runtime.scrun("start", "d1").returncode == 0
+    job = str(wait_running(runtime)[0]["job_id"])
+    wait_container_up(conf, job)
+    anchor = runtime.anchor_pid("d1")
+    stop_slurmctld(conf)
+    try:
+        deleted = runtime.scrun("delete", "--force", "d1", timeout=120)
+        assert deleted.returncode == 0, deleted.stderr
+        assert Path(f"/proc/{anchor}").exists(), "delete killed the anchor"
+    finally:
+        start_slurmctld(conf)
+    wait_for(lambda: job_state(conf, job) not in ("RUNNING", "PENDING"), 150,
+             "the job to be given back")
+    wait_for(lambda: not Path(f"/proc/{anchor}").exists(), 150, "the anchor to finish")
+    # slurmstepd retries the step's completion for a minute: reboot rather than wait.
+    reboot_node(conf, "n1")
+    leaks.check(timeout=30)
+
+
 # -- a node dies ----------------------------------------------------------------------
 
 def test_the_node_of_the_container_dies(cluster: Cluster, tmp_path: Path) -> None:

@@ -3,10 +3,7 @@ orders waiting for them, what they reported, and a checkpoint in progress."""
 
 from __future__ import annotations
 
-import socket
-
 from pyscrun import log
-from pyscrun.anchor import protocol
 from pyscrun.channel import frames
 from pyscrun.channel.files import TreeReceiver
 from pyscrun.channel.peer import Peer
@@ -17,24 +14,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from pyscrun.anchor.checkpointing import CheckpointRound
-
-
-class Connection:
-    """One accepted connection on the control socket: a CLI request."""
-
-    def __init__(self, conn: socket.socket, now: float) -> None:
-        self.conn = conn
-        self.reader = protocol.LineReader()
-        self.active = now  # when it last sent a request
-        self.waiting = False  # for an answer that comes later (a checkpoint)
-
-    def send(self, message: dict[str, Any]) -> bool:
-        self.waiting = False
-        try:
-            self.conn.sendall(protocol.encode(message))
-        except OSError:
-            return False
-        return True
+    from pyscrun.anchor.control import Connection
 
 
 class AgentLink:

@@ -12,13 +12,13 @@ from __future__ import annotations
 import os
 import selectors
 import signal
-import socket
 import time
 
-from pyscrun import backends, jsonc, log, messages, selfpipe
-from pyscrun.anchor import console, protocol
+from pyscrun import backends, jsonc, log, selfpipe
+from pyscrun.anchor import console
 from pyscrun.anchor.agent_port import AgentPort, send_images
-from pyscrun.anchor.agents import AgentLink, Agents, Connection
+from pyscrun.anchor.agents import AgentLink, Agents
+from pyscrun.anchor.control import Connection, ControlSocket
 from pyscrun.anchor.spawn import CreateRequest, write_all
 from pyscrun.anchor.staging import Staging
 from pyscrun.anchor.stdio import HIGH_WATER, CallerStdio, Sink
@@ -47,10 +47,6 @@ AGENT_LOST_GRACE = 10.0
 # Once the step ended, how long its agents' last frames (output, status) may take to
 # arrive, and the caller to take the output.
 DRAIN_TIMEOUT = 10.0
-# The control socket: connections held at once, and how long one may sit idle. A
-# client of scrun's sends one request and waits for its answer.
-MAX_CLIENTS = 64
-CLIENT_IDLE = 30.0
 
 
 class Anchor:
@@ -67,9 +63,7 @@ class Anchor:
         self.step: Step | None = None
         self.step_status: int | None = None  # once the step ended
         self.drain_deadline: float | None = None
-        self.listener: socket.socket | None = None
-        self.clients: list[Connection] = []
-        self.crowded_logged = -CLIENT_IDLE
+        self.control: ControlSocket | None = None
         self.agent_port: AgentPort | None = None
         self.terminal_fd: int | None = None
         self.agents = Agents()
@@ -98,9 +92,8 @@ class Anchor:
     # -- create ----------------------------------------------------------------------
     def _setup(self) -> None:
         self.store.save(self.state)
-        self.listener = protocol.listen(self.store.socket_path(self.state.id))
-        self.listener.setblocking(False)
-        self.selector.register(self.listener, selectors.EVENT_READ, "listen")
+        self.control = ControlSocket(self.selector, self.store.socket_path(self.state.id),
+                                     self._handle)
         self.agent_port = AgentPort(
             self.selector, self.agents, self.secret, self.site.agent_port_range(),
             loopback_only=self.backend.name == "local", on_event=self._agent_event,
@@ -182,7 +175,7 @@ class Anchor:
     # -- serving ---------------------------------------------------------------------
     def _deadlines(self) -> list[float]:
         found = self.agent_port.deadlines() if self.agent_port is not None else []
-        found += [c.active + CLIENT_IDLE for c in self.clients if not c.waiting]
+        found += self.control.deadlines() if self.control is not None else []
         return [d for d in (self.kill_deadline, self.drain_deadline, *found) if d is not None]
 
     def _serve(self) -> int:
@@ -196,8 +189,8 @@ class Anchor:
             now = time.monotonic()
             if self.agent_port is not None:
                 self.agent_port.expire(now)
-            for client in [c for c in self.clients if not c.waiting and now >= c.active + CLIENT_IDLE]:
-                self._drop(client)
+            if self.control is not None:
+                self.control.expire(now)
             if (self.kill_deadline is not None and self.exit_status is None
                     and now >= self.kill_deadline):
                 self._force_stop()
@@ -223,9 +216,7 @@ class Anchor:
 
     def _dispatch(self, key: selectors.SelectorKey, events: int) -> None:
         data = key.data
-        if data == "listen":
-            self._accept()
-        elif data == "stdin":
+        if data == "stdin":
             self._read_stdin()
         elif isinstance(data, Sink):
             data.flush()
@@ -249,8 +240,9 @@ class Anchor:
             self.step_status = _wait(self.step.pid)
             # The agents' last frames (output, then status) may still be on their way.
             self.drain_deadline = time.monotonic() + DRAIN_TIMEOUT
-        elif isinstance(data, Connection):
-            self._read(data)
+        elif isinstance(data, ControlSocket | Connection):
+            assert self.control is not None
+            self.control.ready(data)
 
     def _end_if_drained(self) -> None:
         """Once the step ended and its agents have said all (or no longer may): the
@@ -282,43 +274,6 @@ class Anchor:
             watch(self.selector, self.stdio.stdin_fd, 0, "stdin")
             self.stdio.close_stdin()
 
-    def _accept(self) -> None:
-        assert self.listener is not None
-        try:
-            conn = protocol.accept(self.listener)
-        except BlockingIOError:
-            return
-        except OSError as err:
-            # Out of descriptors: make room rather than spin on the listener.
-            log.current.error(f"cannot accept a request: {err.strerror}")
-            self._drop_idlest()
-            return
-        if conn is None:
-            return
-        if len(self.clients) >= MAX_CLIENTS:
-            self._drop_idlest()
-        conn.setblocking(False)
-        client = Connection(conn, time.monotonic())
-        self.clients.append(client)
-        self.selector.register(conn, selectors.EVENT_READ, client)
-
-    def _drop_idlest(self) -> None:
-        idle = [c for c in self.clients if not c.waiting]
-        if not idle:
-            return
-        now = time.monotonic()
-        if now >= self.crowded_logged + CLIENT_IDLE:
-            # Once per burst: a flood of connections must not flood the log too.
-            log.current.error("too many connections to the control socket: closing the idlest")
-            self.crowded_logged = now
-        self._drop(min(idle, key=lambda c: c.active))
-
-    def _drop(self, client: Connection) -> None:
-        if client in self.clients:
-            self.clients.remove(client)
-            self.selector.unregister(client.conn)
-        client.conn.close()
-
     def _agent_gone(self, link: AgentLink) -> None:
         self._answer_checkpoint()
         if self.agents.lost and not self.agents.connected and self.step is not None:
@@ -327,25 +282,6 @@ class Anchor:
             deadline = time.monotonic() + AGENT_LOST_GRACE
             if self.kill_deadline is None or deadline < self.kill_deadline:
                 self.kill_deadline = deadline
-
-    def _read(self, client: Connection) -> None:
-        received = client.reader.receive(client.conn)
-        if received is None:
-            self._drop(client)
-            return
-        client.active = time.monotonic()
-        for message in received:
-            try:
-                reply = self._handle(client, messages.check(message, "control"))
-            except messages.MessageError as err:
-                log.current.error(f"refused a request: {err}")
-                reply = {"ok": False, "error": f"refused a request: {err}"}
-            except ScrunError as err:
-                reply = {"ok": False, "error": str(err)}
-            client.waiting = reply is None
-            if reply is not None and not client.send(reply):
-                self._drop(client)
-                return
 
     def _handle(self, client: Connection, message: dict[str, Any]) -> dict[str, Any] | None:
         op = message.get("op")
@@ -501,13 +437,9 @@ class Anchor:
             except ScrunError as err:
                 log.current.error(f"releasing job {self.allocation.job_id}: {err}")
             self.allocation = None
-        if self.listener is not None:
-            self.listener.close()
-            try:
-                os.unlink(self.store.socket_path(self.state.id))
-            except FileNotFoundError:
-                pass
-            self.listener = None
+        if self.control is not None:
+            self.control.close()
+            self.control = None
         if self.agent_port is not None:
             self.agent_port.close()
             self.agent_port = None

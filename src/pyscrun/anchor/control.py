@@ -1,0 +1,142 @@
+"""The anchor's control socket: scrun's verbs (and only its owner's) ask it things.
+
+Each request is checked against the message table before it is handled, and a client
+that sends nothing for a while, or one too many, is closed: nothing a client does can
+take the anchor's descriptors or its loop.
+"""
+
+from __future__ import annotations
+
+import selectors
+import socket
+import time
+
+from pyscrun import log, messages
+from pyscrun.anchor import protocol
+from pyscrun.errors import ScrunError
+from pyscrun.watch import watch
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
+# Connections held at once, and how long one may sit idle: a client of scrun's sends
+# one request and waits for its answer.
+MAX_CLIENTS = 64
+CLIENT_IDLE = 30.0
+
+
+class Connection:
+    """One accepted connection on the control socket: a CLI request."""
+
+    def __init__(self, conn: socket.socket, now: float) -> None:
+        self.conn = conn
+        self.reader = protocol.LineReader()
+        self.active = now  # when it last sent a request
+        self.waiting = False  # for an answer that comes later (a checkpoint)
+
+    def send(self, message: dict[str, Any]) -> bool:
+        self.waiting = False
+        try:
+            self.conn.sendall(protocol.encode(message))
+        except OSError:
+            return False
+        return True
+
+
+class ControlSocket:
+    """The listener and its clients; handle gives a request's reply, or None when the
+    reply comes later (a checkpoint's)."""
+
+    def __init__(self, selector: selectors.BaseSelector, path: str,
+                 handle: Callable[[Connection, dict[str, Any]], dict[str, Any] | None]) -> None:
+        self.selector = selector
+        self.path = path
+        self.handle = handle
+        self.clients: list[Connection] = []
+        self.crowded_logged = -CLIENT_IDLE
+        self.listener = protocol.listen(path)
+        self.listener.setblocking(False)
+        selector.register(self.listener, selectors.EVENT_READ, self)
+
+    def ready(self, data: object) -> None:
+        """A selector event of this socket: the listener's (data is self) or a client's."""
+        if data is self:
+            self._accept()
+        elif isinstance(data, Connection):
+            self._read(data)
+
+    def deadlines(self) -> list[float]:
+        return [c.active + CLIENT_IDLE for c in self.clients if not c.waiting]
+
+    def expire(self, now: float) -> None:
+        for client in [c for c in self.clients if not c.waiting and now >= c.active + CLIENT_IDLE]:
+            self._drop(client)
+
+    def close(self) -> None:
+        import os
+
+        for client in list(self.clients):
+            self._drop(client)
+        watch(self.selector, self.listener, 0, self)
+        self.listener.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    def _accept(self) -> None:
+        try:
+            conn = protocol.accept(self.listener)
+        except BlockingIOError:
+            return
+        except OSError as err:
+            # Out of descriptors: make room rather than spin on the listener.
+            log.current.error(f"cannot accept a request: {err.strerror}")
+            self._drop_idlest()
+            return
+        if conn is None:
+            return
+        if len(self.clients) >= MAX_CLIENTS:
+            self._drop_idlest()
+        conn.setblocking(False)
+        client = Connection(conn, time.monotonic())
+        self.clients.append(client)
+        self.selector.register(conn, selectors.EVENT_READ, client)
+
+    def _drop_idlest(self) -> None:
+        idle = [c for c in self.clients if not c.waiting]
+        if not idle:
+            return
+        now = time.monotonic()
+        if now >= self.crowded_logged + CLIENT_IDLE:
+            # Once per burst: a flood of connections must not flood the log too.
+            log.current.error("too many connections to the control socket: closing the idlest")
+            self.crowded_logged = now
+        self._drop(min(idle, key=lambda c: c.active))
+
+    def _drop(self, client: Connection) -> None:
+        if client in self.clients:
+            self.clients.remove(client)
+            self.selector.unregister(client.conn)
+        client.conn.close()
+
+    def _read(self, client: Connection) -> None:
+        received = client.reader.receive(client.conn)
+        if received is None:
+            self._drop(client)
+            return
+        client.active = time.monotonic()
+        for message in received:
+            try:
+                reply = self.handle(client, messages.check(message, "control"))
+            except messages.MessageError as err:
+                log.current.error(f"refused a request: {err}")
+                reply = {"ok": False, "error": f"refused a request: {err}"}
+            except ScrunError as err:
+                reply = {"ok": False, "error": str(err)}
+            client.waiting = reply is None
+            if reply is not None and not client.send(reply):
+                self._drop(client)
+                return
