@@ -71,26 +71,32 @@ def checkpoint(ctx: Context) -> int:
     return 0
 
 
-def restore(ctx: Context) -> int:
-    from pyscrun.cli.lifecycle import create_container
+def checkpointed_tasks(image_path: str) -> int:
+    """How many tasks the checkpoint in image_path holds (its manifest's count; one
+    for a checkpoint of runc's own, which has none)."""
     from pyscrun.node.criu import MANIFEST
 
-    order = _criu_order(ctx, "checkpoint")
-    image_path = str(order["image_path"])
     if not os.path.isfile(os.path.join(image_path, "inventory.img")):
         raise BundleError(f"no checkpoint to restore in {image_path} (inventory.img is missing)")
     try:
         with open(os.path.join(image_path, MANIFEST), "rb") as manifest_file:
             manifest = json.loads(manifest_file.read())
     except FileNotFoundError:
-        manifest = {"tasks": 1}
+        return 1
     except (OSError, ValueError, RecursionError) as err:
         raise BundleError(f"checkpoint manifest in {image_path} is unreadable: {err}") from None
     tasks = manifest.get("tasks", 1) if isinstance(manifest, dict) else None
     if not isinstance(tasks, int) or isinstance(tasks, bool) or not 1 <= tasks <= 1 << 16:
         raise BundleError(f"checkpoint manifest in {image_path} is not one of pyscrun's "
                           "(its tasks must be a count)")
-    order["tasks"] = tasks
+    return tasks
+
+
+def restore(ctx: Context) -> int:
+    from pyscrun.cli.lifecycle import create_container
+
+    order = _criu_order(ctx, "checkpoint")
+    order["tasks"] = checkpointed_tasks(str(order["image_path"]))
     store = ctx.store
     try:
         previous = store.load(ctx.container_id)

@@ -49,7 +49,10 @@ def write_json(path: str, data: dict[str, Any]) -> None:
 
 def read_json(path: str) -> dict[str, Any]:
     with open(path, encoding="utf-8") as file:
-        data = json.load(file)
+        try:
+            data = json.load(file)
+        except RecursionError:
+            raise ValueError("nested too deeply") from None
     if not isinstance(data, dict):
         raise ValueError("not a JSON object")
     return data
@@ -145,7 +148,10 @@ class Checkpoint:
         try:
             if data.get("format") != FORMAT:
                 raise ValueError(f"unknown format {data.get('format')!r}")
-            checkpoint = cls(path, str(data["job"]), str(data["step"]), int(data["tasks"]),
+            tasks = data["tasks"]
+            if not isinstance(tasks, int) or isinstance(tasks, bool) or not 1 <= tasks <= 1 << 16:
+                raise ValueError(f"tasks must be a count, not {str(tasks)[:20]!r}")
+            checkpoint = cls(path, str(data["job"]), str(data["step"]), tasks,
                              [str(n) for n in data["nodes"]], [str(a) for a in data["command"]])
         except (KeyError, TypeError, ValueError) as err:
             raise CheckpointError(f"restart directory {path}: bad {MANIFEST}: {err}") from None
