@@ -153,5 +153,14 @@ def configure(
     return logger
 
 
+def tell_caller(line: str) -> None:
+    """A line on the caller's own stderr (podman shows it as the container's), whatever
+    the log levels: what salloc itself would say there."""
+    try:
+        os.write(2, f"{line}\n".encode())
+    except OSError:
+        pass
+
+
 # The process-wide logger; the CLI replaces it once options are parsed.
 current = Logger()

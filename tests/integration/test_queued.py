@@ -1,6 +1,8 @@
-"""A container whose job waits in the queue: the caller is told, with the job id, and
-giving up (SIGTERM to the anchor, Ctrl-C, delete, podman rm -f) withdraws the job at
-once and leaves nothing."""
+"""A container whose job waits in the queue: create returns once the job is queued (so
+that podman, which holds the container's lock until create returns, can stop or remove
+it), the caller is told with the job id, the container starts when the job comes, and
+giving up (SIGTERM to the anchor, delete, Ctrl-C on run, podman rm -f) withdraws the job
+at once and leaves nothing."""
 
 from __future__ import annotations
 
@@ -41,49 +43,75 @@ def _queued_job(said: Path) -> str:
     return found.group(1)
 
 
-@pytest.mark.parametrize("how", ["SIGTERM to the anchor", "Ctrl-C", "delete --force"])
-def test_a_queued_create_says_so_and_gives_the_job_up_at_once(
+def _withdrawn(conf: Path, job: str, since: float) -> None:
+    wait_for(lambda: job_state(conf, job) in ("", "CANCELLED"), WITHDRAWN_WITHIN,
+             "the queued job to be withdrawn")
+    assert time.monotonic() - since < WITHDRAWN_WITHIN
+
+
+@pytest.mark.parametrize("how", ["SIGTERM to the anchor", "delete --force"])
+def test_create_of_a_queued_job_returns_and_giving_up_withdraws_it(
         slurm_runtime: Runtime, held_job: str, tmp_path: Path, how: str) -> None:
     conf = slurm_runtime.slurm_conf.resolve()
     bundle = make_bundle(tmp_path, ["true"])
     said = tmp_path / "create.err"
     with open(said, "wb") as err:
-        create = subprocess.Popen(
+        created = subprocess.run(
             [str(slurm_runtime.wrapper), "create", "-b", str(bundle), "q1"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, timeout=60,
+            env={**os.environ, "SCRUN_DEPENDENCY": f"afterok:{held_job}"}, check=False)
+    assert created.returncode == 0, said.read_text()
+    job = _queued_job(said)
+    assert job_state(conf, job) == "PENDING"
+    started = time.monotonic()
+    if how == "SIGTERM to the anchor":
+        os.kill(slurm_runtime.anchor_pid("q1"), signal.SIGTERM)
+        wait_for(lambda: '"stopped"' in slurm_runtime.scrun("state", "q1").stdout, 10, "stopped")
+        assert slurm_runtime.scrun("delete", "q1").returncode == 0
+    else:
+        deleted = slurm_runtime.scrun("delete", "--force", "q1")
+        assert deleted.returncode == 0, deleted.stderr
+    _withdrawn(conf, job, started)
+    assert not (slurm_runtime.root / "q1").exists()
+
+
+def test_ctrl_c_on_run_while_the_job_is_queued(slurm_runtime: Runtime, held_job: str,
+                                               tmp_path: Path) -> None:
+    conf = slurm_runtime.slurm_conf.resolve()
+    bundle = make_bundle(tmp_path, ["true"])
+    said = tmp_path / "run.err"
+    with open(said, "wb") as err:
+        run = subprocess.Popen(
+            [str(slurm_runtime.wrapper), "run", "-b", str(bundle), "q2"],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
             env={**os.environ, "SCRUN_DEPENDENCY": f"afterok:{held_job}"})
     try:
         job = _queued_job(said)
-        assert job_state(conf, job) == "PENDING"
         started = time.monotonic()
-        if how == "SIGTERM to the anchor":
-            os.kill(slurm_runtime.anchor_pid("q1"), signal.SIGTERM)
-        elif how == "Ctrl-C":
-            create.send_signal(signal.SIGINT)
-        else:
-            deleted = slurm_runtime.scrun("delete", "--force", "q1")
-            assert deleted.returncode == 0, deleted.stderr
-        assert create.wait(WITHDRAWN_WITHIN + 5) != 0
-        wait_for(lambda: job_state(conf, job) in ("", "CANCELLED"), WITHDRAWN_WITHIN,
-                 "the queued job to be withdrawn")
-        assert time.monotonic() - started < WITHDRAWN_WITHIN
-        assert not (slurm_runtime.root / "q1").exists()
+        run.send_signal(signal.SIGINT)
+        assert run.wait(WITHDRAWN_WITHIN + 5) == 128 + signal.SIGINT
+        _withdrawn(conf, job, started)
     finally:
-        if create.poll() is None:
-            create.kill()
-            create.wait()
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+
+
+def _podman_run(runtime: Runtime, said: Path, held: str, *command: str) -> subprocess.Popen[bytes]:
+    with open(said, "wb") as err:
+        return subprocess.Popen(
+            ["podman", "--runtime", str(runtime.wrapper), "run", "--rm", "--name", "queued",
+             "-e", f"SCRUN_DEPENDENCY=afterok:{held}", IMAGE, *command],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, env=podman_env())
 
 
 def test_podman_rm_of_a_container_whose_job_is_queued(slurm_runtime: Runtime, held_job: str,
                                                       tmp_path: Path) -> None:
     conf = slurm_runtime.slurm_conf.resolve()
     said = tmp_path / "podman.err"
-    with open(said, "wb") as err:
-        run = subprocess.Popen(
-            ["podman", "--runtime", str(slurm_runtime.wrapper), "run", "--rm", "--name", "queued",
-             "-e", f"SCRUN_DEPENDENCY=afterok:{held_job}", IMAGE, "true"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=podman_env())
+    run = _podman_run(slurm_runtime, said, held_job, "true")
     try:
+        # podman shows the container's stderr once it has started it.
         job = _queued_job(said)
         started = time.monotonic()
         removed = subprocess.run(["podman", "--runtime", str(slurm_runtime.wrapper), "rm", "-f",
@@ -91,9 +119,23 @@ def test_podman_rm_of_a_container_whose_job_is_queued(slurm_runtime: Runtime, he
                                  timeout=60, check=False)
         assert removed.returncode == 0, removed.stderr
         assert run.wait(WITHDRAWN_WITHIN + 5) != 0
-        wait_for(lambda: job_state(conf, job) in ("", "CANCELLED"), WITHDRAWN_WITHIN,
-                 "the queued job to be withdrawn")
-        assert time.monotonic() - started < WITHDRAWN_WITHIN
+        _withdrawn(conf, job, started)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+
+
+def test_a_queued_container_runs_once_its_job_comes(slurm_runtime: Runtime, held_job: str,
+                                                    tmp_path: Path) -> None:
+    conf = slurm_runtime.slurm_conf.resolve()
+    said = tmp_path / "podman.err"
+    run = _podman_run(slurm_runtime, said, held_job, "sh", "-c", "echo ran; exit 4")
+    try:
+        _queued_job(said)
+        assert slurm(conf, "scontrol", "release", held_job).returncode == 0
+        out, _ = run.communicate(timeout=120)
+        assert (run.returncode, out) == (4, b"ran\n"), said.read_text()
     finally:
         if run.poll() is None:
             run.kill()

@@ -109,17 +109,26 @@ class Anchor:
         for entry in self.request.bundle.env:
             if entry.startswith("SLURM_JOB_ID="):
                 environ["SLURM_JOB_ID"] = entry.partition("=")[2]
-        # A job that waits in the queue is given up on SIGTERM, SIGINT or SIGHUP.
+        # A job that waits in the queue is given up on SIGTERM, SIGINT or SIGHUP. Once
+        # queued, create returns: podman holds the container's lock until it does, and
+        # only then can `podman rm -f` (or stop) reach it. A restore waits for its job.
         self.allocation = self.backend.allocate(
-            self.site, self.state, self.request.job_options, environ, self.signals.fileno())
+            self.site, self.state, self.request.job_options, environ, self.signals.fileno(),
+            queued_is_enough=self.request.restore is None)
         self.state.job_id = self.allocation.job_id
         self.state.job_owned = self.allocation.owned
         self.store.save(self.state)
-        self.staging.stage_in(self.allocation)
+        if self.allocation.queued:
+            self.selector.register(self.backend.queue_fd(self.allocation), selectors.EVENT_READ,
+                                   "queued")
+            # Staged once the job runs: the copy it runs from is known only then.
+            same_rootfs = not os.path.exists(self.site.scrun_lua)
+        else:
+            self.staging.stage_in(self.allocation)
+            same_rootfs = self.staging.rootfs == self.state.rootfs
         # The stand-in's root is the container's rootfs where this host sees the copy
         # the container runs from, else nothing.
-        staged = self.staging.rootfs == self.state.rootfs
-        self.stand_in.set_root(os.path.realpath(self.state.rootfs) if staged else "")
+        self.stand_in.set_root(os.path.realpath(self.state.rootfs) if same_rootfs else "")
         self.selector.register(os.pidfd_open(self.stand_in.pid), selectors.EVENT_READ, "stand-in")
         self.state.status = CREATED
         self.store.save(self.state)
@@ -227,6 +236,8 @@ class Anchor:
             if any(s in _TERMINATING_SIGNALS for s in selfpipe.received(key.fileobj)):  # type: ignore[arg-type]
                 log.current.info("terminating on signal: cancelling the container")
                 self._kill(signal.SIGKILL)
+        elif data == "queued":
+            self._follow_queued_job(key.fileobj)  # type: ignore[arg-type]
         elif data == "stand-in":
             self.selector.unregister(key.fileobj)
             os.close(key.fd)
@@ -326,9 +337,36 @@ class Anchor:
     def _start(self) -> None:
         if self.state.status != CREATED:
             raise InvalidState(f"cannot start a container that is {self.state.status}")
-        assert self.allocation is not None and self.agent_port is not None
+        assert self.allocation is not None
         self.state.status = RUNNING
         self.store.save(self.state)
+        if self.allocation.queued:
+            # Started once its job runs. podman shows the container's stderr from now.
+            log.tell_caller(f"scrun: job {self.allocation.job_id} queued and waiting for resources")
+            return
+        self._launch()
+
+    def _follow_queued_job(self, fd: int) -> None:
+        """The queued job came (stage in, and launch if started) or never will."""
+        assert self.allocation is not None
+        try:
+            self.backend.advance(self.allocation)
+            if self.allocation.queued:
+                return
+            self.selector.unregister(fd)
+            self.staging.stage_in(self.allocation)
+            if self.state.status == RUNNING:
+                self._launch()
+        except ScrunError as err:
+            if fd in self.selector.get_map():
+                self.selector.unregister(fd)
+            log.current.error(str(err))
+            log.tell_caller(f"scrun: error: {err}")
+            self.exit_status = 255
+
+    def _launch(self) -> None:
+        """The step: a node agent on every task."""
+        assert self.allocation is not None and self.agent_port is not None
         agent_env = {
             "PYSCRUN_AGENT_CONTAINER_ID": self.state.id,
             "PYSCRUN_AGENT_BUNDLE": self.staging.bundle,
@@ -371,7 +409,7 @@ class Anchor:
 
     def _kill(self, signum: int, every: bool = False) -> None:
         status = self.state.status
-        if status == CREATED:
+        if status == CREATED or (status == RUNNING and self.step is None):
             # Nothing runs yet: a signal that would end a process ends the container
             # before it started; one that would not (CONT, WINCH, STOP...) does nothing.
             if signum not in _HARMLESS_SIGNALS:
@@ -449,7 +487,7 @@ class Anchor:
             # All the container's output reaches the caller before its status does.
             self.stdio.finish(DRAIN_TIMEOUT)
             self.stdio = None
-        if self.allocation is not None:
+        if self.allocation is not None and not self.allocation.queued:
             self.staging.stage_out(self.allocation)
         self.state.status = STOPPED
         self.state.exit_status = status

@@ -14,6 +14,7 @@ class Allocation:
         self.owned = owned  # False when the job was given (SLURM_JOB_ID): never end it
         self.env = env or {}  # the job's SLURM_* variables
         self.handle = handle  # whatever the backend holds the job with
+        self.queued = False  # the job waits in the queue: the backend's advance follows it
 
 
 class LaunchRequest:
@@ -40,9 +41,20 @@ class Backend:
     name = "abstract"
 
     def allocate(self, site: Site, state: ContainerState, options: dict[str, str],
-                 environ: dict[str, str], interrupt_fd: int = -1) -> Allocation:
+                 environ: dict[str, str], interrupt_fd: int = -1,
+                 queued_is_enough: bool = False) -> Allocation:
         """The job the container runs in. A wait for it (a queued job) gives up, and
-        leaves no job, as soon as interrupt_fd is readable."""
+        leaves no job, as soon as interrupt_fd is readable. queued_is_enough: return
+        once the job is queued (`queued` set; follow it with `advance`)."""
+        raise NotImplementedError
+
+    def queue_fd(self, allocation: Allocation) -> int:
+        """Readable when a queued job's fate may have changed."""
+        raise NotImplementedError
+
+    def advance(self, allocation: Allocation) -> None:
+        """What became of a queued job (queue_fd was readable): `queued` is cleared
+        once it is granted; BackendError when it never will be."""
         raise NotImplementedError
 
     def launch(self, site: Site, allocation: Allocation, request: LaunchRequest) -> Step:

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import time
 
+from pyscrun import log
 from pyscrun.errors import BackendError
 
 _GRANTED = re.compile(rb"Granted job allocation (\d+)")
@@ -28,52 +29,85 @@ WITHDRAW_TIMEOUT = 10.0
 
 
 class HeldAllocation:
-    def __init__(self, process: subprocess.Popen[bytes], job_id: str) -> None:
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
         self.process = process
-        self.job_id = job_id
+        self.job_id = ""
+        self.granted = False
+        self.said = b""  # salloc's stderr so far
 
     @classmethod
     def request(cls, argv: list[str], env: dict[str, str], timeout: float,
-                interrupt_fd: int = -1) -> HeldAllocation:
-        """Run salloc (argv, without a command) until the job is granted. While the job
-        is queued the caller's stderr says so, with its id, as salloc's does; if
-        interrupt_fd becomes readable first, the queued job is withdrawn."""
+                interrupt_fd: int = -1, queued_is_enough: bool = False) -> HeldAllocation:
+        """Run salloc (argv, without a command) until the job is granted (or, if
+        queued_is_enough, queued: `advance` then follows it). While the job is queued
+        the caller's stderr says so, with its id, as salloc's does; if interrupt_fd
+        becomes readable first, the queued job is withdrawn."""
         try:
             process = subprocess.Popen(
                 [*argv, "--", "cat"], env=env, stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         except FileNotFoundError:
             raise BackendError(f"{argv[0]} not found: install slurm-client") from None
-        assert process.stderr is not None
-        said = b""
-        pending: bytes | None = None
+        held = cls(process)
         deadline = time.monotonic() + timeout
         with selectors.DefaultSelector() as selector:
-            selector.register(process.stderr, selectors.EVENT_READ, "salloc")
+            selector.register(held.fileno(), selectors.EVENT_READ, "salloc")
             if interrupt_fd >= 0:
                 selector.register(interrupt_fd, selectors.EVENT_READ, "interrupt")
-            while not (granted := _GRANTED.search(said)):
+            while not held.granted and not (held.job_id and queued_is_enough):
                 remaining = deadline - time.monotonic()
                 ready = [key.data for key, _ in selector.select(remaining)] if remaining > 0 else []
                 if not ready or "interrupt" in ready:
-                    _withdraw(process)
+                    held.withdraw()
                     if ready:
                         raise BackendError("interrupted while the job waited in the queue")
                     raise BackendError(f"salloc was not granted a job within {timeout:.0f} s")
-                chunk = os.read(process.stderr.fileno(), 65536)
-                if not chunk:
-                    process.wait()
-                    raise BackendError(said.decode(errors="replace"))
-                said += chunk
-                queued = _PENDING.search(said)
-                if queued and pending is None:
-                    pending = queued.group(1)
-                    _tell_caller(f"scrun: job {pending.decode()} queued and waiting for resources")
-        return cls(process, granted.group(1).decode())
+                held.advance()
+        return held
+
+    def fileno(self) -> int:
+        """Readable when salloc says something: whether a queued job came, or failed."""
+        assert self.process.stderr is not None
+        return self.process.stderr.fileno()
+
+    def advance(self) -> None:
+        """Read what salloc said (it was readable): granted, queued, or BackendError
+        when salloc ended without a job."""
+        chunk = os.read(self.fileno(), 65536)
+        if not chunk:
+            self.process.wait()
+            raise BackendError(self.said.decode(errors="replace").strip()
+                               or f"salloc exited {self.process.returncode}")
+        self.said += chunk
+        granted = _GRANTED.search(self.said)
+        if granted:
+            self.job_id, self.granted = granted.group(1).decode(), True
+            return
+        queued = _PENDING.search(self.said)
+        if queued and not self.job_id:
+            self.job_id = queued.group(1).decode()
+            log.current.info(f"job {self.job_id} queued and waiting for resources")
+            log.tell_caller(f"scrun: job {self.job_id} queued and waiting for resources")
+
+    def withdraw(self) -> bool:
+        """End a salloc whose job is still queued: on SIGINT it withdraws the job.
+        False if it had to be killed instead (the job may still be queued)."""
+        if self.process.poll() is not None:
+            return True
+        self.process.send_signal(signal.SIGINT)
+        try:
+            self.process.wait(WITHDRAW_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            return False
+        return True
 
     def release(self) -> bool:
         """Give the job back; False if salloc did not end in time (then it is killed) or
         could not give the job back (it exits 0 even when slurmctld was unreachable)."""
+        if not self.granted:
+            return self.withdraw()
         assert self.process.stdin is not None
         self.process.stdin.close()
         try:
@@ -97,21 +131,3 @@ class HeldAllocation:
         except BlockingIOError:
             pass
         return said
-
-
-def _withdraw(process: subprocess.Popen[bytes]) -> None:
-    """End a salloc whose job is still queued: on SIGINT it withdraws the job."""
-    process.send_signal(signal.SIGINT)
-    try:
-        process.wait(WITHDRAW_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-
-
-def _tell_caller(line: str) -> None:
-    """A line on the caller's stderr (podman shows it), where salloc's own would go."""
-    try:
-        os.write(2, f"{line}\n".encode())
-    except OSError:
-        pass

@@ -78,7 +78,8 @@ class SlurmBackend(Backend):
     name = "slurm"
 
     def allocate(self, site: Site, state: ContainerState, options: dict[str, str],
-                 environ: dict[str, str], interrupt_fd: int = -1) -> Allocation:
+                 environ: dict[str, str], interrupt_fd: int = -1,
+                 queued_is_enough: bool = False) -> Allocation:
         given = environ.get("SLURM_JOB_ID")
         if given:
             return Allocation(job_id=given, nodes=[], owned=False,
@@ -89,13 +90,33 @@ class SlurmBackend(Backend):
                  if not a.startswith("--job-name=")]
         log.current.debug(f"slurm: {' '.join(argv)}")
         try:
-            held = HeldAllocation.request(argv, _env(site), SALLOC_TIMEOUT, interrupt_fd)
+            held = HeldAllocation.request(argv, _env(site), SALLOC_TIMEOUT, interrupt_fd,
+                                          queued_is_enough)
         except BackendError as err:
             raise BackendError(
                 f"job allocation failed: {_slurm_error(str(err), 'salloc failed')}") from None
-        log.current.info(f"container {state.id}: job {held.job_id} allocated")
-        return Allocation(job_id=held.job_id, nodes=[], owned=True,
-                          env={"SLURM_JOB_ID": held.job_id}, handle=held)
+        log.current.info(f"container {state.id}: job {held.job_id} "
+                         f"{'allocated' if held.granted else 'queued'}")
+        allocation = Allocation(job_id=held.job_id, nodes=[], owned=True,
+                                env={"SLURM_JOB_ID": held.job_id}, handle=held)
+        allocation.queued = not held.granted
+        return allocation
+
+    def queue_fd(self, allocation: Allocation) -> int:
+        assert isinstance(allocation.handle, HeldAllocation)
+        return allocation.handle.fileno()
+
+    def advance(self, allocation: Allocation) -> None:
+        held = allocation.handle
+        assert isinstance(held, HeldAllocation)
+        try:
+            held.advance()
+        except BackendError as err:
+            raise BackendError(
+                f"job {allocation.job_id}: {_slurm_error(str(err), 'salloc failed')}") from None
+        if held.granted:
+            log.current.info(f"job {allocation.job_id} allocated")
+            allocation.queued = False
 
     def launch(self, site: Site, allocation: Allocation, request: LaunchRequest) -> Step:
         srun = site.oci.SrunPath or "srun"

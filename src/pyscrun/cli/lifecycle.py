@@ -18,6 +18,7 @@ from pyscrun.oci.state import (
     STOPPED,
     ContainerState,
     process_alive,
+    process_start_time,
     shell_status,
 )
 
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
 
 # How long delete waits for the anchor to wind down after ordering the kill.
 DELETE_TIMEOUT = 30.0
+# How long an ended stand-in may stay a zombie before its parent (conmon) reaps it.
+REAP_TIMEOUT = 2.0
 # What `run` passes on to the container: SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGTERM.
 FORWARDED_SIGNALS = (1, 2, 3, 10, 12, 15)
 
@@ -138,8 +141,10 @@ def kill(ctx: Context) -> int:
     state = store.load(ctx.container_id)
     if state.effective_status() not in (CREATED, RUNNING):
         # runc says so once the container's pid is gone, and podman, told so, checks
-        # that pid: the stand-in outlives the container while the job is given back.
+        # that pid (a zombie still counts): the stand-in outlives the container while
+        # the job is given back, and its parent then reaps it.
         _wait_gone(state.stand_in, state.stand_in_start, DELETE_TIMEOUT)
+        _wait_reaped(state.stand_in, state.stand_in_start, REAP_TIMEOUT)
         raise InvalidState("container not running")  # runc's words
     _ask(store, state, {"op": "kill", "signal": signum, "all": ctx.flag("all")})
     return 0
@@ -160,6 +165,13 @@ def _wait_stopped(store: Store, state: ContainerState, timeout: float) -> bool:
             return False
         _wait_gone(state.pid, state.pid_start, min(remaining, 0.2))
     return True
+
+
+def _wait_reaped(pid: int, start_time: int, timeout: float) -> None:
+    """Wait until pid (that started at start_time) is no longer even a zombie."""
+    deadline = time.monotonic() + timeout
+    while start_time and process_start_time(pid) == start_time and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def _wait_gone(pid: int, start_time: int, timeout: float) -> bool:
