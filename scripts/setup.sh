@@ -16,6 +16,7 @@ PACKAGES=(
     slurmctld slurmd slurm-client munge
     python3-venv python3-dev
     tmux uidmap rsync procps psmisc iproute2 util-linux fuse-overlayfs tini
+    gcc libc6-dev
 )
 APT_LOG=/tmp/pyscrun-setup-apt.log
 

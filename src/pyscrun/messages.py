@@ -71,6 +71,8 @@ CHANNELS: dict[str, dict[str, dict[str, Field]]] = {
         "op delete": {},
         "op kill": {"signal": SIGNAL, "all": Field(bool, NONE)},
         "op checkpoint": CHECKPOINT_ORDER,
+        "op pause": {},
+        "op resume": {},
     },
     # a node agent to its anchor, over the channel
     "agent": {
@@ -82,6 +84,8 @@ CHANNELS: dict[str, dict[str, dict[str, Field]]] = {
         "event running": {},
         "event checkpointed": {"error": ERROR},
         "event container-pid": {"pid": Field(int, required=True, low=1, high=(1 << 22))},
+        "event ordered": {"order": Field(str, required=True, choices=("pause", "resume")),
+                          "error": ERROR},
     },
     # the anchor to a node agent
     "orders": {
@@ -89,6 +93,8 @@ CHANNELS: dict[str, dict[str, dict[str, Field]]] = {
         "op checkpoint": CHECKPOINT_ORDER,
         "op file": FILE,
         "op images-sent": {"error": ERROR},
+        "op pause": {},
+        "op resume": {},
     },
     # `srun_cr checkpoint` to srun_cr, over its Unix socket
     "srun_cr control": {

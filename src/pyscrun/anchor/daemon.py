@@ -23,12 +23,21 @@ from pyscrun.anchor.spawn import CreateRequest, write_all
 from pyscrun.anchor.staging import Staging
 from pyscrun.anchor.stdio import HIGH_WATER, CallerStdio, Sink
 from pyscrun.anchor.store import write_atomic
+from pyscrun.anchor.task_orders import RULES, TaskOrder
 from pyscrun.backends.base import Allocation, LaunchRequest, Step
 from pyscrun.channel import frames
 from pyscrun.conf import scrun_env
 from pyscrun.errors import InvalidState, ScrunError
 from pyscrun.node.criu import PROBE
-from pyscrun.oci.state import CREATED, RUNNING, STOPPED, ContainerState, process_start_time, shell_status
+from pyscrun.oci.state import (
+    CREATED,
+    PAUSED,
+    RUNNING,
+    STOPPED,
+    ContainerState,
+    process_start_time,
+    shell_status,
+)
 from pyscrun.watch import watch
 
 TYPE_CHECKING = False
@@ -73,6 +82,7 @@ class Anchor:
         self.restore_probe = ""  # while a restore's nodes look for its image path
         # Clients of a checkpoint that stops the container, answered once it has.
         self.stopped_waiters: list[tuple[Connection, dict[str, Any]]] = []
+        self.task_order: TaskOrder | None = None  # a pause or resume in progress
         # The caller's stdio, while the agents stream the container's: srun's own
         # forwarding is slower, and ends every signal but USR1/USR2 as SIGKILL.
         self.stdio: CallerStdio | None = None
@@ -287,6 +297,9 @@ class Anchor:
 
     def _agent_gone(self, link: AgentLink) -> None:
         self._answer_checkpoint()
+        if self.task_order is not None:
+            self.task_order.lost(link)
+            self._answer_task_order()
         if self.agents.lost and not self.agents.connected and self.step is not None:
             # srun waits for the task of a dead node until slurmctld declares the
             # node down (SlurmdTimeout, minutes): the anchor does not wait that long.
@@ -304,6 +317,9 @@ class Anchor:
             self._kill(signal.SIGKILL)
         elif op == "checkpoint":
             self._checkpoint(client, message)
+            return None
+        elif op in RULES:
+            self._order_tasks(client, op)
             return None
         elif op != "state":
             raise ScrunError(f"unknown operation {op!r}")
@@ -328,6 +344,10 @@ class Anchor:
                 self.stand_in.join(message["pid"])
             except ScrunError as err:
                 log.current.info(f"the stand-in keeps namespaces of its own: {err}")
+        elif event == "ordered":
+            if self.task_order is not None:
+                self.task_order.record(agent, message.get("error"))
+            self._answer_task_order()
         elif event == "checkpointed":
             error = message.get("error")
             self.agents.checkpointed(agent, str(error) if error else None)
@@ -415,11 +435,43 @@ class Anchor:
             if signum not in _HARMLESS_SIGNALS:
                 self.exit_status = 128 + signum
             return
-        if status != RUNNING:
+        if status not in (RUNNING, PAUSED):
             raise InvalidState(f"cannot kill a container that is {status}")
         if signum == signal.SIGKILL and self.kill_deadline is None:
             self.kill_deadline = time.monotonic() + KILL_GRACE
         self.agents.kill(signum, every)
+
+    def _order_tasks(self, client: Connection, op: str) -> None:
+        """pause or resume every task; the client's answer comes once all answered."""
+        rule = RULES[op]
+        if self.state.status != rule.before:
+            raise InvalidState(rule.refusal)
+        if self.task_order is not None or self.agents.round is not None:
+            raise InvalidState("another order to this container is in progress")
+        if self.step is None or not self.agents.connected:
+            raise ScrunError("the container's node agents are not connected (yet)")
+        self.task_order = TaskOrder(op, client, list(self.agents.connected))
+        for agent in list(self.agents.connected):
+            if not agent.send({"op": op}):
+                self.task_order.lost(agent)
+        self._answer_task_order()
+
+    def _answer_task_order(self) -> None:
+        order = self.task_order
+        if order is None or not order.complete:
+            return
+        self.task_order = None
+        errors = order.errors
+        if errors:
+            # All or nothing: the tasks that did it take it back.
+            if order.rule.undo is not None:
+                for agent in order.succeeded():
+                    agent.send({"op": order.rule.undo})
+            order.client.send({"ok": False, "error": f"{order.op} failed: {'; '.join(errors)}"})
+            return
+        self.state.status = order.rule.after
+        self.store.save(self.state)
+        order.client.send({"ok": True, "state": self.state.oci_document()})
 
     def _checkpoint(self, client: Connection, order: dict[str, Any]) -> None:
         if self.state.status != RUNNING:

@@ -64,7 +64,7 @@ GLOBAL_FLAGS = (
 _CREATE_FLAGS = (
     Flag(("bundle", "b"), True, "bundle directory (default: the working directory)"),
     Flag(("console-socket",), True, "AF_UNIX socket that receives the pty master"),
-    Flag(("pid-file",), True, "file to write the container's (anchor's) pid to"),
+    Flag(("pid-file",), True, "file to write the container's pid (its stand-in's) to"),
     Flag(("no-pivot",), ignored=True),
     Flag(("no-new-keyring",), ignored=True),
     Flag(("preserve-fds",), True, "pass N extra file descriptors (from fd 3) to the container"),
@@ -122,10 +122,14 @@ VERBS = {
                     Flag(("lsm-profile",), True, ignored=True),
                     Flag(("lsm-mount-context",), True, ignored=True)),
              help="restore a container from a checkpoint, as a new job"),
+        Verb("pause", "pyscrun.cli.lifecycle:pause", ("container-id",),
+             help="freeze every process of every task"),
+        Verb("resume", "pyscrun.cli.lifecycle:resume", ("container-id",),
+             help="thaw a paused container"),
         *(
             Verb(name, "", ("container-id",), help=f"{name} (not supported yet)",
                  supported=False)
-            for name in ("exec", "pause", "resume", "ps", "update", "events")
+            for name in ("exec", "ps", "update", "events")
         ),
     )
 }

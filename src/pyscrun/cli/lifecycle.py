@@ -14,6 +14,7 @@ from pyscrun.errors import AnchorError, ContainerNotFound, InvalidState, ScrunEr
 from pyscrun.oci.state import (
     CREATED,
     CREATING,
+    PAUSED,
     RUNNING,
     STOPPED,
     ContainerState,
@@ -118,6 +119,26 @@ def run(ctx: Context) -> int:
     return shell_status(status)
 
 
+def pause(ctx: Context) -> int:
+    return _order_tasks(ctx, "pause")
+
+
+def resume(ctx: Context) -> int:
+    return _order_tasks(ctx, "resume")
+
+
+def _order_tasks(ctx: Context, op: str) -> int:
+    """pause or resume: every task, or none (anchor/task_orders.py)."""
+    from pyscrun.anchor.task_orders import RULES
+
+    store = ctx.store
+    state = store.load(ctx.container_id)
+    if state.effective_status() != RULES[op].before:
+        raise InvalidState(RULES[op].refusal)  # runc's words
+    _ask(store, state, {"op": op})
+    return 0
+
+
 def _forward_signals(store: Store, state: ContainerState) -> None:
     """As `runc run` does: the signals this process gets go to the container (Ctrl-C
     included), which decides how it ends."""
@@ -139,7 +160,7 @@ def kill(ctx: Context) -> int:
     signum = parse_signal(ctx.args.get("signal"))
     store = ctx.store
     state = store.load(ctx.container_id)
-    if state.effective_status() not in (CREATED, RUNNING):
+    if state.effective_status() not in (CREATED, RUNNING, PAUSED):
         # runc says so once the container's pid is gone, and podman, told so, checks
         # that pid (a zombie still counts): the stand-in outlives the container while
         # the job is given back, and its parent then reaps it.
@@ -202,8 +223,8 @@ def delete(ctx: Context) -> int:
             return 0
         raise
     status = state.effective_status()
-    if status == RUNNING and not ctx.flag("force"):
-        raise InvalidState(f"cannot delete container {state.id} that is running: use --force")
+    if status in (RUNNING, PAUSED) and not ctx.flag("force"):
+        raise InvalidState(f"cannot delete container {state.id} that is {status}: use --force")
     if status == CREATING:
         # The anchor is still making the container (its job may wait in the queue) and
         # serves no request yet: SIGTERM makes it give up.

@@ -17,7 +17,7 @@ BACKENDS = ("auto", "local", "slurm")
 
 # pyscrun.conf's directives and their defaults. The checkpoint patterns use oci.conf's
 # %-patterns; `%@` stands for the checkpoint or restore options pyscrun builds. Unset,
-# they are derived from oci.conf's RunTimeDelete (checkpoint_commands).
+# they are derived from oci.conf's RunTimeDelete (Site.derived_commands).
 PYSCRUN_DEFAULTS = {
     # Ports an anchor listens on for its node agents (LOW-HIGH) where slurm.conf sets
     # no SrunPortRange; any free port when neither does.
@@ -25,9 +25,12 @@ PYSCRUN_DEFAULTS = {
     "Backend": "auto",
     "RunTimeCheckpoint": "",
     "RunTimeRestore": "",
+    "RunTimePause": "",
+    "RunTimeResume": "",
 }
 # The verb each is derived with, and what follows it before the container's name.
-_DERIVED = {"RunTimeCheckpoint": "checkpoint %@", "RunTimeRestore": "restore %@ --bundle %b"}
+_DERIVED = {"RunTimeCheckpoint": "checkpoint %@", "RunTimeRestore": "restore %@ --bundle %b",
+            "RunTimePause": "pause", "RunTimeResume": "resume"}
 _PYSCRUN_KEYS = {name.lower(): name for name in PYSCRUN_DEFAULTS}
 
 
@@ -39,6 +42,8 @@ class PyscrunConf:
     Backend: str
     RunTimeCheckpoint: str
     RunTimeRestore: str
+    RunTimePause: str
+    RunTimeResume: str
 
     def __init__(self, **values: str) -> None:
         for name, default in PYSCRUN_DEFAULTS.items():
@@ -93,10 +98,10 @@ class Site:
     def scrun_lua(self) -> str:
         return os.path.join(self.conf_dir, "scrun.lua")
 
-    def checkpoint_commands(self, criu: str = "") -> dict[str, str]:
-        """RunTimeCheckpoint and RunTimeRestore: pyscrun.conf's, else oci.conf's
-        runtime as RunTimeDelete calls it (its own global options, `--root` included:
-        the container is only found where it was made) with checkpoint or restore
+    def derived_commands(self, criu: str = "") -> dict[str, str]:
+        """RunTimeCheckpoint, RunTimeRestore, RunTimePause, RunTimeResume: pyscrun.conf's,
+        else oci.conf's runtime as RunTimeDelete calls it (its own global options,
+        `--root` included: the container is only found where it was made) with the verb
         instead of delete, on the container name RunTimeDelete ends with. '' where
         neither file says (RunTimeDelete is not `RUNTIME [OPTIONS] delete ... NAME`).
         criu: the runtime's global `--criu PATH` (derived commands only)."""

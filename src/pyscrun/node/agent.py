@@ -36,6 +36,9 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+# The orders an agent carries out with a runtime verb of its own (pyscrun.conf's or
+# derived from oci.conf's RunTimeDelete).
+_TASK_ORDERS = {"pause": "RunTimePause", "resume": "RunTimeResume"}
 _FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
                       signal.SIGUSR1, signal.SIGUSR2, signal.SIGCONT)
 # How long create/start mode waits for the runtime to report the container created.
@@ -49,7 +52,7 @@ REPORT_TIMEOUT = 30.0
 
 class Agent:
     def __init__(self, env: dict[str, str], conf: OciConf,
-                 checkpoint_commands: Callable[[str], dict[str, str]]) -> None:
+                 derived_commands: Callable[[str], dict[str, str]]) -> None:
         self.env = env
         self.conf = conf
         self.selector = selectors.DefaultSelector()
@@ -66,12 +69,13 @@ class Agent:
         # (the runtime's own), until it has run the container's process.
         self.created_init: tuple[int, str] | None = None
         self.pending_signals: list[tuple[int, bool]] = []
+        self.paused = False
         self.ended_by_itself = False
         self.guard: Guard | None = None
         self.ident = TaskIdentity(env)
         # RunTimeCheckpoint and RunTimeRestore, given the criu the order names ('' for
         # the runtime's own choice).
-        self.checkpoint_commands = checkpoint_commands
+        self.derived_commands = derived_commands
         # The local backend's anchor wants the container's init pid, to give its
         # stand-in the container's namespaces.
         self.pid_wanted = env.get("PYSCRUN_AGENT_REPORT_PID") == "1" and bool(conf.RunTimeQuery)
@@ -134,6 +138,8 @@ class Agent:
                     self.deliver(message["signal"], bool(message.get("all")))
                 elif op == "checkpoint":
                     self._checkpoint(message)
+                elif op in _TASK_ORDERS:
+                    self._carry_out(op)
             except ValueError as err:
                 log.current.error(f"ignored an order from the anchor: {err}")
 
@@ -153,17 +159,35 @@ class Agent:
             error = str(err)
         self._send({"event": "checkpointed", "error": error})
 
+    def _carry_out(self, op: str) -> None:
+        """pause or resume the task's container, with the runtime's own verb."""
+        error = None
+        try:
+            if self.commands is None:
+                raise RuntimeCommandError("the container is not running yet")
+            directive = _TASK_ORDERS[op]
+            criu.require(self.commands, directive)
+            self.commands.run_checked(directive)
+            self.paused = op == "pause"
+        except ScrunError as err:
+            error = str(err)
+        self._send({"event": "ordered", "order": op, "error": error})
+
     def _for(self, order: dict[str, Any]) -> RuntimeCommands:
         """The runtime commands a checkpoint or restore order asks for: with the
         criu it names (`scrun --criu PATH`), if any."""
         assert self.commands is not None
         path = order.get("criu")
-        return self.commands.with_more(self.checkpoint_commands(path)) if path else self.commands
+        return self.commands.with_more(self.derived_commands(path)) if path else self.commands
 
     # -- signals -------------------------------------------------------------------
     def deliver(self, signum: int, every: bool = False) -> None:
         """Send signum to the container's init (every: to each of its processes), or
         keep it until the init exists."""
+        if signum == signal.SIGKILL and self.paused and self.commands is not None:
+            # A frozen process takes SIGKILL only once thawed.
+            self.commands.run("RunTimeResume")
+            self.paused = False
         self.pending_signals.append((signum, every))
         self._flush_signals()
 
@@ -354,7 +378,7 @@ class Agent:
         selfpipe.install(self.selector, _FORWARDED_SIGNALS, "signal")
         self.connect()
         try:
-            self.commands = commands = task.prepare(self.checkpoint_commands(""),
+            self.commands = commands = task.prepare(self.derived_commands(""),
                                                     self._start_guard(task))
             # After the guard started: it must not be adopted back.
             _set_child_subreaper()
@@ -461,7 +485,7 @@ def main(env: dict[str, str]) -> int:
         oci = the_site.oci
         # Not StdIODebug: the agent's stderr is the container's.
         log.current.take_defaults(None, oci.FileDebug, oci.SyslogDebug, oci.DebugFlags)
-        return Agent(env, oci, the_site.checkpoint_commands).main()
+        return Agent(env, oci, the_site.derived_commands).main()
     except (ScrunError, OSError, KeyError, ValueError) as err:
         log.current.error(f"node agent: {err}")
         _report_error(env, str(err))

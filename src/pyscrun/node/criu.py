@@ -74,14 +74,6 @@ def _options(order: Mapping[str, Any]) -> list[str]:
     return args
 
 
-def _run_with_args(commands: RuntimeCommands, directive: str, args: list[str],
-                   timeout: float) -> None:
-    code, output = commands.run(directive, timeout=timeout, args=args)
-    if code != 0:
-        last = output.strip().splitlines()[-1] if output.strip() else f"exit status {code}"
-        raise RuntimeCommandError(f"{directive} failed: {last}")
-
-
 def require(commands: RuntimeCommands, directive: str) -> None:
     """The command for directive, or the line that says what to set."""
     if not commands.pattern(directive):
@@ -100,7 +92,7 @@ def checkpoint(commands: RuntimeCommands, order: Mapping[str, Any], task_id: str
     if order.get("leave_running"):
         args.append("--leave-running")
     require(commands, "RunTimeCheckpoint")
-    _run_with_args(commands, "RunTimeCheckpoint", args, timeout=600)
+    commands.run_checked("RunTimeCheckpoint", args, timeout=600)
     return image_dir
 
 

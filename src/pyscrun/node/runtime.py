@@ -56,6 +56,15 @@ class RuntimeCommands:
         return subprocess.Popen(["/bin/sh", "-c", command], cwd=self.cwd, env=self.env,
                                 stdin=stdin, stdout=stdout, stderr=stderr)
 
+    def run_checked(self, directive: str, args: list[str] | None = None,
+                    timeout: float = 60.0) -> None:
+        """Run a command to completion; RuntimeCommandError with its last line if it
+        fails."""
+        code, output = self.run(directive, timeout=timeout, args=args)
+        if code != 0:
+            last = output.strip().splitlines()[-1] if output.strip() else f"exit status {code}"
+            raise RuntimeCommandError(f"{directive} failed: {last}")
+
     def run(self, directive: str, timeout: float = 60.0, args: list[str] | None = None,
             ) -> tuple[int, str]:
         """Run a command to completion; its status and stdout (stderr goes to the log,

@@ -21,7 +21,7 @@ def document() -> dict[str, Any]:
         "hooks": list(HOOKS),
         "mountOptions": ["bind", "rbind", "ro", "rw", "nosuid", "nodev", "noexec"],
         "annotations": {
-            "org.opencontainers.runc.checkpoint.enabled": "false",
+            "org.opencontainers.runc.checkpoint.enabled": "true",
             "io.github.pyscrun.backends": "local,slurm",
         },
     }

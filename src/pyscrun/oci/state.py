@@ -11,7 +11,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, ClassVar
 
-CREATING, CREATED, RUNNING, STOPPED = "creating", "created", "running", "stopped"
+CREATING, CREATED, RUNNING, PAUSED, STOPPED = "creating", "created", "running", "paused", "stopped"
 
 
 class ContainerState:
@@ -86,7 +86,7 @@ class ContainerState:
             "ociVersion": OCI_VERSION,
             "id": self.id,
             "status": status,
-            "pid": self.stand_in if status in (CREATED, RUNNING) else 0,
+            "pid": self.stand_in if status in (CREATED, RUNNING, PAUSED) else 0,
             "bundle": self.bundle,
             "rootfs": self.rootfs,
             "created": self.created,

@@ -1,0 +1,64 @@
+"""pause and resume (podman pause/unpause): every task frozen and thawed, runc's refusals."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+
+from tests.integration.harness import IMAGE, Runtime, podman, wait_for
+
+COUNTER = "i=0; while true; do i=$((i+1)); echo $i; sleep 0.2; done"
+
+
+def _counts(runtime: Runtime, name: str) -> list[int]:
+    logs = podman(runtime, "logs", name).stdout.decode()
+    return [int(n) for n in re.findall(r"^(\d+)$", logs, re.M)]
+
+
+def _status(runtime: Runtime, name: str) -> str:
+    return podman(runtime, "inspect", "--format", "{{.State.Status}}", name).stdout.decode().strip()
+
+
+def test_pause_stops_the_count_and_unpause_goes_on_from_there(runtime: Runtime) -> None:
+    name = f"p{uuid.uuid4().hex[:8]}"
+    started = podman(runtime, "run", "-d", "--name", name, IMAGE, "sh", "-c", COUNTER)
+    assert started.returncode == 0, started.stderr
+    try:
+        wait_for(lambda: len(_counts(runtime, name)) >= 3, 60, "the count to start")
+        paused = podman(runtime, "pause", name)
+        assert paused.returncode == 0, paused.stderr
+        assert _status(runtime, name) == "paused"
+        time.sleep(0.5)  # a line on its way when the freeze came
+        frozen = len(_counts(runtime, name))
+        time.sleep(1.5)
+        assert len(_counts(runtime, name)) == frozen, "the count went on while paused"
+        resumed = podman(runtime, "unpause", name)
+        assert resumed.returncode == 0, resumed.stderr
+        assert _status(runtime, name) == "running"
+        wait_for(lambda: len(_counts(runtime, name)) >= frozen + 3, 30, "the count to go on")
+        counts = _counts(runtime, name)
+        assert counts == list(range(1, len(counts) + 1)), "the count did not go on from where it was"
+    finally:
+        removed = podman(runtime, "rm", "-f", "-t", "0", name)
+    assert removed.returncode == 0, removed.stderr
+
+
+def test_runc_refusals_leave_the_container_as_it_was(runtime: Runtime) -> None:
+    name = f"p{uuid.uuid4().hex[:8]}"
+    assert podman(runtime, "run", "-d", "--name", name, IMAGE, "sleep", "1000").returncode == 0
+    container_id = podman(runtime, "inspect", "--format", "{{.Id}}", name).stdout.decode().strip()
+    try:
+        wait_for(lambda: _status(runtime, name) == "running", 30, "the container to run")
+        resumed = runtime.scrun("resume", container_id)
+        assert resumed.returncode == 1 and "container not paused" in resumed.stderr
+        assert runtime.scrun("pause", container_id).returncode == 0
+        again = runtime.scrun("pause", container_id)
+        assert again.returncode == 1 and "container not running" in again.stderr
+        state = json.loads(runtime.scrun("state", container_id).stdout)
+        assert state["status"] == "paused"
+    finally:
+        # A paused container is removed as any other: thawed, then killed.
+        removed = podman(runtime, "rm", "-f", "-t", "0", name)
+    assert removed.returncode == 0, removed.stderr
