@@ -73,6 +73,7 @@ CHANNELS: dict[str, dict[str, dict[str, Field]]] = {
         "op checkpoint": CHECKPOINT_ORDER,
         "op pause": {},
         "op resume": {},
+        "op update": {"resources": Field(dict, required=True)},
     },
     # a node agent to its anchor, over the channel
     "agent": {
@@ -84,7 +85,8 @@ CHANNELS: dict[str, dict[str, dict[str, Field]]] = {
         "event running": {},
         "event checkpointed": {"error": ERROR},
         "event container-pid": {"pid": Field(int, required=True, low=1, high=(1 << 22))},
-        "event ordered": {"order": Field(str, required=True, choices=("pause", "resume")),
+        "event ordered": {"order": Field(str, required=True,
+                                         choices=("pause", "resume", "update")),
                           "error": ERROR},
     },
     # the anchor to a node agent
@@ -95,6 +97,7 @@ CHANNELS: dict[str, dict[str, dict[str, Field]]] = {
         "op images-sent": {"error": ERROR},
         "op pause": {},
         "op resume": {},
+        "op update": {"resources": Field(dict, required=True)},
     },
     # `srun_cr checkpoint` to srun_cr, over its Unix socket
     "srun_cr control": {

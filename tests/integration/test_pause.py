@@ -62,3 +62,20 @@ def test_runc_refusals_leave_the_container_as_it_was(runtime: Runtime) -> None:
         # A paused container is removed as any other: thawed, then killed.
         removed = podman(runtime, "rm", "-f", "-t", "0", name)
     assert removed.returncode == 0, removed.stderr
+
+
+def test_podman_update_memory_reaches_the_container(runtime: Runtime) -> None:
+    name = f"u{uuid.uuid4().hex[:8]}"
+    watch = "while true; do cat /sys/fs/cgroup/memory/memory.limit_in_bytes; sleep 0.2; done"
+    assert podman(runtime, "run", "-d", "--name", name, IMAGE, "sh", "-c", watch).returncode == 0
+    try:
+        wait_for(lambda: podman(runtime, "logs", name).stdout.strip() != b"", 60,
+                 "the container to report its memory limit")
+        updated = podman(runtime, "update", "--memory", "64m", name)
+        assert updated.returncode == 0, updated.stderr
+        wait_for(lambda: b"67108864" in podman(runtime, "logs", name).stdout, 30,
+                 "the new memory limit in the container's cgroup")
+    finally:
+        podman(runtime, "rm", "-f", "-t", "0", name)
+    bad = runtime.scrun("update", "--memory", "lots", "x")
+    assert bad.returncode == 2 and "needs a number" in bad.stderr

@@ -319,7 +319,7 @@ class Anchor:
             self._checkpoint(client, message)
             return None
         elif op in RULES:
-            self._order_tasks(client, op)
+            self._order_tasks(client, message)
             return None
         elif op != "state":
             raise ScrunError(f"unknown operation {op!r}")
@@ -441,10 +441,12 @@ class Anchor:
             self.kill_deadline = time.monotonic() + KILL_GRACE
         self.agents.kill(signum, every)
 
-    def _order_tasks(self, client: Connection, op: str) -> None:
-        """pause or resume every task; the client's answer comes once all answered."""
+    def _order_tasks(self, client: Connection, message: dict[str, Any]) -> None:
+        """pause, resume or update every task; the client's answer comes once all
+        answered."""
+        op = message["op"]
         rule = RULES[op]
-        if self.state.status != rule.before:
+        if self.state.status not in rule.before:
             raise InvalidState(rule.refusal)
         if self.task_order is not None or self.agents.round is not None:
             raise InvalidState("another order to this container is in progress")
@@ -452,7 +454,7 @@ class Anchor:
             raise ScrunError("the container's node agents are not connected (yet)")
         self.task_order = TaskOrder(op, client, list(self.agents.connected))
         for agent in list(self.agents.connected):
-            if not agent.send({"op": op}):
+            if not agent.send(message):
                 self.task_order.lost(agent)
         self._answer_task_order()
 
@@ -469,8 +471,9 @@ class Anchor:
                     agent.send({"op": order.rule.undo})
             order.client.send({"ok": False, "error": f"{order.op} failed: {'; '.join(errors)}"})
             return
-        self.state.status = order.rule.after
-        self.store.save(self.state)
+        if order.rule.after is not None:
+            self.state.status = order.rule.after
+            self.store.save(self.state)
         order.client.send({"ok": True, "state": self.state.oci_document()})
 
     def _checkpoint(self, client: Connection, order: dict[str, Any]) -> None:

@@ -1,5 +1,5 @@
-"""pause and resume: one order to every task's agent, one answer to the client once
-every agent has answered. A pause that failed on one task is undone on the others."""
+"""pause, resume and update: one order to every task's agent, one answer to the client
+once every agent has answered. A pause that failed on one task is undone on the others."""
 
 from __future__ import annotations
 
@@ -14,16 +14,18 @@ if TYPE_CHECKING:
 class Rule:
     __slots__ = ("after", "before", "refusal", "undo")
 
-    def __init__(self, before: str, refusal: str, after: str, undo: str | None) -> None:
-        self.before = before  # the status the container must be in
+    def __init__(self, before: tuple[str, ...], refusal: str, after: str | None,
+                 undo: str | None) -> None:
+        self.before = before  # the statuses the container must be in
         self.refusal = refusal  # runc's words when it is not
-        self.after = after  # its status once every task has done it
+        self.after = after  # its status once every task has done it (None: the same)
         self.undo = undo  # the order that takes it back on the tasks that did it
 
 
 RULES = {
-    "pause": Rule(RUNNING, "container not running", PAUSED, "resume"),
-    "resume": Rule(PAUSED, "container not paused", RUNNING, None),
+    "pause": Rule((RUNNING,), "container not running", PAUSED, "resume"),
+    "resume": Rule((PAUSED,), "container not paused", RUNNING, None),
+    "update": Rule((RUNNING, PAUSED), "container not running", None, None),
 }
 
 

@@ -84,6 +84,23 @@ _CRIU_FLAGS = (
     Flag(("lazy-pages",), ignored=True),
 )
 
+# runc's flag -> where its value goes in the resources document, and how it is read.
+RESOURCE_FLAGS: dict[str, tuple[str, str, str]] = {
+    "memory": ("memory", "limit", "bytes"),
+    "memory_reservation": ("memory", "reservation", "bytes"),
+    "memory_swap": ("memory", "swap", "bytes"),
+    "kernel_memory": ("memory", "kernel", "bytes"),
+    "cpu_shares": ("cpu", "shares", "int"),
+    "cpu_quota": ("cpu", "quota", "int"),
+    "cpu_period": ("cpu", "period", "int"),
+    "cpu_rt_runtime": ("cpu", "realtimeRuntime", "int"),
+    "cpu_rt_period": ("cpu", "realtimePeriod", "int"),
+    "cpuset_cpus": ("cpu", "cpus", "str"),
+    "cpuset_mems": ("cpu", "mems", "str"),
+    "pids_limit": ("pids", "limit", "int"),
+    "blkio_weight": ("blockIO", "weight", "int"),
+}
+
 VERBS = {
     verb.name: verb
     for verb in (
@@ -126,10 +143,15 @@ VERBS = {
              help="freeze every process of every task"),
         Verb("resume", "pyscrun.cli.lifecycle:resume", ("container-id",),
              help="thaw a paused container"),
+        Verb("update", "pyscrun.cli.update:update", ("container-id",),
+             flags=(Flag(("resources", "r"), True, "resources as JSON in a file (- for stdin)"),
+                    *(Flag((name.replace("_", "-"),), True, f"set {group}.{field}")
+                      for name, (group, field, _) in RESOURCE_FLAGS.items())),
+             help="change the resources of every task"),
         *(
             Verb(name, "", ("container-id",), help=f"{name} (not supported yet)",
                  supported=False)
-            for name in ("exec", "ps", "update", "events")
+            for name in ("exec", "ps", "events")
         ),
     )
 }

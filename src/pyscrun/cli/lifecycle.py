@@ -120,22 +120,22 @@ def run(ctx: Context) -> int:
 
 
 def pause(ctx: Context) -> int:
-    return _order_tasks(ctx, "pause")
+    return order_tasks(ctx, "pause")
 
 
 def resume(ctx: Context) -> int:
-    return _order_tasks(ctx, "resume")
+    return order_tasks(ctx, "resume")
 
 
-def _order_tasks(ctx: Context, op: str) -> int:
-    """pause or resume: every task, or none (anchor/task_orders.py)."""
+def order_tasks(ctx: Context, op: str, **fields: object) -> int:
+    """pause, resume or update: every task, or none (anchor/task_orders.py)."""
     from pyscrun.anchor.task_orders import RULES
 
     store = ctx.store
     state = store.load(ctx.container_id)
-    if state.effective_status() != RULES[op].before:
+    if state.effective_status() not in RULES[op].before:
         raise InvalidState(RULES[op].refusal)  # runc's words
-    _ask(store, state, {"op": op})
+    _ask(store, state, {"op": op, **fields})
     return 0
 
 

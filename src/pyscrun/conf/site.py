@@ -27,10 +27,12 @@ PYSCRUN_DEFAULTS = {
     "RunTimeRestore": "",
     "RunTimePause": "",
     "RunTimeResume": "",
+    "RunTimeUpdate": "",
 }
 # The verb each is derived with, and what follows it before the container's name.
 _DERIVED = {"RunTimeCheckpoint": "checkpoint %@", "RunTimeRestore": "restore %@ --bundle %b",
-            "RunTimePause": "pause", "RunTimeResume": "resume"}
+            "RunTimePause": "pause", "RunTimeResume": "resume",
+            "RunTimeUpdate": "update --resources %@"}
 _PYSCRUN_KEYS = {name.lower(): name for name in PYSCRUN_DEFAULTS}
 
 
@@ -44,6 +46,7 @@ class PyscrunConf:
     RunTimeRestore: str
     RunTimePause: str
     RunTimeResume: str
+    RunTimeUpdate: str
 
     def __init__(self, **values: str) -> None:
         for name, default in PYSCRUN_DEFAULTS.items():

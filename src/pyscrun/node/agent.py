@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 # The orders an agent carries out with a runtime verb of its own (pyscrun.conf's or
 # derived from oci.conf's RunTimeDelete).
-_TASK_ORDERS = {"pause": "RunTimePause", "resume": "RunTimeResume"}
+_TASK_ORDERS = {"pause": "RunTimePause", "resume": "RunTimeResume", "update": "RunTimeUpdate"}
 _FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
                       signal.SIGUSR1, signal.SIGUSR2, signal.SIGCONT)
 # How long create/start mode waits for the runtime to report the container created.
@@ -139,7 +139,7 @@ class Agent:
                 elif op == "checkpoint":
                     self._checkpoint(message)
                 elif op in _TASK_ORDERS:
-                    self._carry_out(op)
+                    self._carry_out(message)
             except ValueError as err:
                 log.current.error(f"ignored an order from the anchor: {err}")
 
@@ -159,16 +159,24 @@ class Agent:
             error = str(err)
         self._send({"event": "checkpointed", "error": error})
 
-    def _carry_out(self, op: str) -> None:
-        """pause or resume the task's container, with the runtime's own verb."""
+    def _carry_out(self, order: dict[str, Any]) -> None:
+        """pause, resume or update the task's container, with the runtime's own verb."""
+        op = order["op"]
         error = None
         try:
-            if self.commands is None:
+            if self.commands is None or self.task_dir is None:
                 raise RuntimeCommandError("the container is not running yet")
             directive = _TASK_ORDERS[op]
-            criu.require(self.commands, directive)
-            self.commands.run_checked(directive)
-            self.paused = op == "pause"
+            self.commands.require(directive)
+            args = None
+            if op == "update":
+                # runc update --resources FILE, the file in the task dir of this node.
+                resources = self.task_dir / "resources.json"
+                resources.write_text(json.dumps(order["resources"]))
+                args = [str(resources)]
+            self.commands.run_checked(directive, args)
+            if op != "update":
+                self.paused = op == "pause"
         except ScrunError as err:
             error = str(err)
         self._send({"event": "ordered", "order": op, "error": error})
@@ -333,7 +341,7 @@ class Agent:
             order = images.fetch(self.control, order, self.ident.task_id, self.task_dir,
                                  self._handle)
         commands = self._for(order)
-        criu.require(commands, "RunTimeRestore")
+        commands.require("RunTimeRestore")
         self.process = self._spawn(commands, "RunTimeRestore",
                                    criu.restore_args(order, self.ident.task_id))
         self.runtime_pid = self.process.pid

@@ -74,15 +74,6 @@ def _options(order: Mapping[str, Any]) -> list[str]:
     return args
 
 
-def require(commands: RuntimeCommands, directive: str) -> None:
-    """The command for directive, or the line that says what to set."""
-    if not commands.pattern(directive):
-        raise RuntimeCommandError(
-            f"{directive} is not set in pyscrun.conf and cannot be derived from oci.conf's "
-            "RunTimeDelete (not of the form 'RUNTIME [OPTIONS] delete ... NAME'): set it "
-            "in pyscrun.conf")
-
-
 def checkpoint(commands: RuntimeCommands, order: Mapping[str, Any], task_id: str) -> str:
     """Dump the container into its task's image dir; returns that dir."""
     image_dir = task_image_dir(str(order["image_path"]), task_id)
@@ -91,7 +82,7 @@ def checkpoint(commands: RuntimeCommands, order: Mapping[str, Any], task_id: str
     args = ["--image-path", image_dir, "--work-path", work_dir, *_options(order)]
     if order.get("leave_running"):
         args.append("--leave-running")
-    require(commands, "RunTimeCheckpoint")
+    commands.require("RunTimeCheckpoint")
     commands.run_checked("RunTimeCheckpoint", args, timeout=600)
     return image_dir
 

@@ -56,6 +56,14 @@ class RuntimeCommands:
         return subprocess.Popen(["/bin/sh", "-c", command], cwd=self.cwd, env=self.env,
                                 stdin=stdin, stdout=stdout, stderr=stderr)
 
+    def require(self, directive: str) -> None:
+        """The command for directive (pyscrun.conf's), or the line that says what to set."""
+        if not self.pattern(directive):
+            raise RuntimeCommandError(
+                f"{directive} is not set in pyscrun.conf and cannot be derived from oci.conf's "
+                "RunTimeDelete (not of the form 'RUNTIME [OPTIONS] delete ... NAME'): set it "
+                "in pyscrun.conf")
+
     def run_checked(self, directive: str, args: list[str] | None = None,
                     timeout: float = 60.0) -> None:
         """Run a command to completion; RuntimeCommandError with its last line if it
