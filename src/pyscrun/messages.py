@@ -74,6 +74,7 @@ CHANNELS: dict[str, dict[str, dict[str, Field]]] = {
         "op pause": {},
         "op resume": {},
         "op update": {"resources": Field(dict, required=True)},
+        "op ps": {},
     },
     # a node agent to its anchor, over the channel
     "agent": {
@@ -86,8 +87,8 @@ CHANNELS: dict[str, dict[str, dict[str, Field]]] = {
         "event checkpointed": {"error": ERROR},
         "event container-pid": {"pid": Field(int, required=True, low=1, high=(1 << 22))},
         "event ordered": {"order": Field(str, required=True,
-                                         choices=("pause", "resume", "update")),
-                          "error": ERROR},
+                                         choices=("pause", "resume", "update", "ps")),
+                          "error": ERROR, "pids": Field(list, NONE)},
     },
     # the anchor to a node agent
     "orders": {
@@ -98,6 +99,7 @@ CHANNELS: dict[str, dict[str, dict[str, Field]]] = {
         "op pause": {},
         "op resume": {},
         "op update": {"resources": Field(dict, required=True)},
+        "op ps": {},
     },
     # `srun_cr checkpoint` to srun_cr, over its Unix socket
     "srun_cr control": {

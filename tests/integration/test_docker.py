@@ -222,3 +222,22 @@ def test_three_nodes_three_tasks(dockerd: Dockerd, docker_slurm_runtime: Runtime
                           "-e", "SCRUN_NTASKS=3", IMAGE, "hostname")
     assert done.returncode == 0, done.stderr
     assert sorted(done.stdout.decode().split()) == ["n1", "n2", "n3"]
+
+
+def test_docker_top_and_pause(dockerd: Dockerd, docker_runtime: Runtime) -> None:
+    """docker top lists what `scrun ps` gives: the container's processes on the local
+    backend; through Slurm the stand-in (the nodes' pids name nothing here)."""
+    tag = str(910000 + int(time.monotonic() * 1000) % 89999)
+    container = _run_detached(dockerd, "sleep", tag)
+    try:
+        top = dockerd.docker("top", container)
+        assert top.returncode == 0, top.stderr
+        local = not docker_runtime.slurm_conf.exists()
+        assert (f"sleep {tag}".encode() in top.stdout) is local, top.stdout
+        assert dockerd.docker("pause", container).returncode == 0
+        assert dockerd.docker("inspect", "--format", "{{.State.Status}}",
+                              container).stdout.strip() == b"paused"
+        assert dockerd.docker("unpause", container).returncode == 0
+    finally:
+        assert dockerd.docker("rm", "-f", container).returncode == 0
+    _wait_all_gone(dockerd, container)

@@ -6,6 +6,7 @@ import json
 import re
 import time
 import uuid
+from pathlib import Path
 
 from tests.integration.harness import IMAGE, Runtime, podman, wait_for
 
@@ -79,3 +80,29 @@ def test_podman_update_memory_reaches_the_container(runtime: Runtime) -> None:
         podman(runtime, "rm", "-f", "-t", "0", name)
     bad = runtime.scrun("update", "--memory", "lots", "x")
     assert bad.returncode == 2 and "needs a number" in bad.stderr
+
+
+def test_ps_lists_every_process_of_the_container(runtime: Runtime) -> None:
+    tag = str(920000 + uuid.uuid4().int % 79999)
+    name = f"s{uuid.uuid4().hex[:8]}"
+    assert podman(runtime, "run", "-d", "--name", name, IMAGE, "sh", "-c",
+                  f"sleep {tag} & sleep {int(tag) + 1}").returncode == 0
+    container_id = podman(runtime, "inspect", "--format", "{{.Id}}", name).stdout.decode().strip()
+    try:
+        wait_for(lambda: _status(runtime, name) == "running", 30, "the container to run")
+        time.sleep(1)
+        listed = runtime.scrun("ps", "--format", "json", container_id)
+        assert listed.returncode == 0, listed.stderr
+        pids = json.loads(listed.stdout)
+        if runtime.slurm_conf.exists():
+            # Through Slurm the tasks' pids are the nodes': what stands for them is
+            # the stand-in, the pid podman has.
+            stand_in = podman(runtime, "inspect", "--format", "{{.State.Pid}}", name)
+            assert pids == [int(stand_in.stdout)]
+        else:
+            commands = {Path(f"/proc/{pid}/cmdline").read_bytes() for pid in pids}
+            assert {f"sleep\0{tag}\0".encode(), f"sleep\0{int(tag) + 1}\0".encode()} <= commands
+        table = runtime.scrun("ps", container_id)
+        assert table.returncode == 0 and table.stdout.startswith("UID")
+    finally:
+        podman(runtime, "rm", "-f", "-t", "0", name)

@@ -346,7 +346,7 @@ class Anchor:
                 log.current.info(f"the stand-in keeps namespaces of its own: {err}")
         elif event == "ordered":
             if self.task_order is not None:
-                self.task_order.record(agent, message.get("error"))
+                self.task_order.record(agent, message.get("error"), message.get("pids"))
             self._answer_task_order()
         elif event == "checkpointed":
             error = message.get("error")
@@ -474,7 +474,10 @@ class Anchor:
         if order.rule.after is not None:
             self.state.status = order.rule.after
             self.store.save(self.state)
-        order.client.send({"ok": True, "state": self.state.oci_document()})
+        # The tasks' pids name processes of this host only on the local backend: the
+        # nodes' mean nothing here, and what stands for them is the stand-in.
+        pids = sorted(order.pids) if self.backend.name == "local" else [self.stand_in.pid]
+        order.client.send({"ok": True, "state": self.state.oci_document(), "pids": pids})
 
     def _checkpoint(self, client: Connection, order: dict[str, Any]) -> None:
         if self.state.status != RUNNING:

@@ -1,4 +1,4 @@
-"""pause, resume and update: one order to every task's agent, one answer to the client
+"""pause, resume, update and ps: one order to every task's agent, one answer to the client
 once every agent has answered. A pause that failed on one task is undone on the others."""
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ RULES = {
     "pause": Rule((RUNNING,), "container not running", PAUSED, "resume"),
     "resume": Rule((PAUSED,), "container not paused", RUNNING, None),
     "update": Rule((RUNNING, PAUSED), "container not running", None, None),
+    "ps": Rule((RUNNING, PAUSED), "container not running", None, None),
 }
 
 
@@ -38,10 +39,12 @@ class TaskOrder:
         self.client = client
         self.agents = agents
         self.results: dict[AgentLink, str | None] = {}  # agent -> error (None: done)
+        self.pids: list[int] = []  # what ps found, every task's
 
-    def record(self, agent: AgentLink, error: str | None) -> None:
-        if agent in self.agents:
-            self.results.setdefault(agent, error)
+    def record(self, agent: AgentLink, error: str | None, pids: list[int] | None = None) -> None:
+        if agent in self.agents and agent not in self.results:
+            self.results[agent] = error
+            self.pids += [p for p in pids or [] if isinstance(p, int) and not isinstance(p, bool)]
 
     def lost(self, agent: AgentLink) -> None:
         self.record(agent, "the node agent of the task went away")

@@ -148,10 +148,13 @@ VERBS = {
                     *(Flag((name.replace("_", "-"),), True, f"set {group}.{field}")
                       for name, (group, field, _) in RESOURCE_FLAGS.items())),
              help="change the resources of every task"),
+        Verb("ps", "pyscrun.cli.ps:ps", ("container-id",),
+             flags=(Flag(("format", "f"), True, "table or json"),),
+             help="list the processes of every task"),
         *(
             Verb(name, "", ("container-id",), help=f"{name} (not supported yet)",
                  supported=False)
-            for name in ("exec", "ps", "events")
+            for name in ("exec", "events")
         ),
     )
 }

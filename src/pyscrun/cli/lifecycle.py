@@ -83,10 +83,12 @@ def create(ctx: Context) -> int:
     return 0
 
 
-def _ask(store: Store, state: ContainerState, message: dict[str, object]) -> None:
+def _ask(store: Store, state: ContainerState, message: dict[str, object]) -> dict[str, Any]:
+    """The anchor's reply to message; InvalidState with its words if it refused."""
     reply = protocol.request(store.socket_path(state.id), message)
     if not reply.get("ok"):
         raise InvalidState(str(reply.get("error", "the anchor refused")))
+    return reply
 
 
 def load_for(ctx: Context, action: str, *statuses: str) -> tuple[Store, ContainerState]:
@@ -120,23 +122,25 @@ def run(ctx: Context) -> int:
 
 
 def pause(ctx: Context) -> int:
-    return order_tasks(ctx, "pause")
+    order_tasks(ctx, "pause")
+    return 0
 
 
 def resume(ctx: Context) -> int:
-    return order_tasks(ctx, "resume")
+    order_tasks(ctx, "resume")
+    return 0
 
 
-def order_tasks(ctx: Context, op: str, **fields: object) -> int:
-    """pause, resume or update: every task, or none (anchor/task_orders.py)."""
+def order_tasks(ctx: Context, op: str, **fields: object) -> dict[str, Any]:
+    """pause, resume, update or ps: every task, or none (anchor/task_orders.py); the
+    anchor's reply."""
     from pyscrun.anchor.task_orders import RULES
 
     store = ctx.store
     state = store.load(ctx.container_id)
     if state.effective_status() not in RULES[op].before:
         raise InvalidState(RULES[op].refusal)  # runc's words
-    _ask(store, state, {"op": op, **fields})
-    return 0
+    return _ask(store, state, {"op": op, **fields})
 
 
 def _forward_signals(store: Store, state: ContainerState) -> None:

@@ -138,6 +138,9 @@ class Agent:
                     self.deliver(message["signal"], bool(message.get("all")))
                 elif op == "checkpoint":
                     self._checkpoint(message)
+                elif op == "ps":
+                    self._send({"event": "ordered", "order": "ps", "error": None,
+                                "pids": self._processes()})
                 elif op in _TASK_ORDERS:
                     self._carry_out(message)
             except ValueError as err:
@@ -180,6 +183,11 @@ class Agent:
         except ScrunError as err:
             error = str(err)
         self._send({"event": "ordered", "order": op, "error": error})
+
+    def _processes(self) -> list[int]:
+        """Every process of the task's container: its init and all below it."""
+        pid = self._container_init()
+        return [pid, *_descendants(pid)] if pid else []
 
     def _for(self, order: dict[str, Any]) -> RuntimeCommands:
         """The runtime commands a checkpoint or restore order asks for: with the
