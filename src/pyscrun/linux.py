@@ -21,6 +21,7 @@ MS_REC = 0x4000
 MS_PRIVATE = 0x40000
 MNT_DETACH = 0x2
 PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
 # glibc has no pivot_root(): the system call's number, per architecture.
 _SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217}
 
@@ -55,6 +56,10 @@ def setns(fd: int, nstype: int) -> None:
 
 def set_parent_death_signal(signum: int) -> None:
     _call("prctl", PR_SET_PDEATHSIG, signum, 0, 0, 0)
+
+
+def set_child_subreaper() -> None:
+    _call("prctl", PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
 def mount(source: str, target: str, fstype: str | None, flags: int, data: str = "") -> None:

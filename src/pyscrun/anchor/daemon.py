@@ -16,14 +16,15 @@ import time
 
 from pyscrun import backends, jsonc, log, selfpipe
 from pyscrun.anchor import console
-from pyscrun.anchor.agent_port import AgentPort, send_images
+from pyscrun.anchor.agent_port import AgentPort
 from pyscrun.anchor.agents import AgentLink, Agents
 from pyscrun.anchor.control import Connection, ControlSocket
+from pyscrun.anchor.orders import Orders
 from pyscrun.anchor.spawn import CreateRequest, write_all
 from pyscrun.anchor.staging import Staging
 from pyscrun.anchor.stdio import HIGH_WATER, CallerStdio, Sink
 from pyscrun.anchor.store import write_atomic
-from pyscrun.anchor.task_orders import RULES, TaskOrder
+from pyscrun.anchor.task_orders import TaskOrder
 from pyscrun.backends.base import Allocation, LaunchRequest, Step
 from pyscrun.channel import frames
 from pyscrun.conf import scrun_env
@@ -31,7 +32,6 @@ from pyscrun.errors import InvalidState, ScrunError
 from pyscrun.node.criu import PROBE
 from pyscrun.oci.state import (
     CREATED,
-    PAUSED,
     RUNNING,
     STOPPED,
     ContainerState,
@@ -45,11 +45,6 @@ if TYPE_CHECKING:
     from typing import Any, NoReturn
 
 _TERMINATING_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-# Signals whose default action neither ends nor dumps a process.
-_HARMLESS_SIGNALS = frozenset((signal.SIGCHLD, signal.SIGCONT, signal.SIGURG, signal.SIGWINCH,
-                               signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU))
-# After SIGKILL was ordered, how long the step may take before its launcher is killed.
-KILL_GRACE = 10.0
 # Once no node agent is left and one of them went without reporting its container's
 # end (killed, or its node died), how long the launcher may take to notice.
 AGENT_LOST_GRACE = 10.0
@@ -58,7 +53,7 @@ AGENT_LOST_GRACE = 10.0
 DRAIN_TIMEOUT = 10.0
 
 
-class Anchor:
+class Anchor(Orders):
     def __init__(self, request: CreateRequest) -> None:
         self.request = request
         self.store = request.store
@@ -307,53 +302,6 @@ class Anchor:
             if self.kill_deadline is None or deadline < self.kill_deadline:
                 self.kill_deadline = deadline
 
-    def _handle(self, client: Connection, message: dict[str, Any]) -> dict[str, Any] | None:
-        op = message.get("op")
-        if op == "start":
-            self._start()
-        elif op == "kill":
-            self._kill(message["signal"], bool(message.get("all")))
-        elif op == "delete":
-            self._kill(signal.SIGKILL)
-        elif op == "checkpoint":
-            self._checkpoint(client, message)
-            return None
-        elif op in RULES:
-            self._order_tasks(client, message)
-            return None
-        elif op != "state":
-            raise ScrunError(f"unknown operation {op!r}")
-        return {"ok": True, "state": self.state.oci_document()}
-
-    def _agent_event(self, agent: AgentLink, message: dict[str, Any]) -> None:
-        if message.get("op") == "send-images":
-            send_images(agent, self.request.restore)
-            return
-        event = message.get("event")
-        if event == "exit":
-            agent.reported_exit = True
-            self.agents.exit_statuses.append(message["status"])
-        elif event == "running":
-            self.agents.running += 1
-            restore = self.request.restore
-            if restore is not None and self.agents.running >= int(restore.get("tasks", 1)):
-                self._report_ready(None)
-        elif event == "container-pid" and self.backend.name == "local":
-            # The container runs on this host: the stand-in takes its namespaces.
-            try:
-                self.stand_in.join(message["pid"])
-            except ScrunError as err:
-                log.current.info(f"the stand-in keeps namespaces of its own: {err}")
-        elif event == "ordered":
-            if self.task_order is not None:
-                self.task_order.record(agent, message.get("error"), message.get("pids"))
-            self._answer_task_order()
-        elif event == "checkpointed":
-            error = message.get("error")
-            self.agents.checkpointed(agent, str(error) if error else None)
-            self._answer_checkpoint()
-
-    # -- operations --------------------------------------------------------------------
     def _start(self) -> None:
         if self.state.status != CREATED:
             raise InvalidState(f"cannot start a container that is {self.state.status}")
@@ -426,83 +374,6 @@ class Anchor:
         if self.terminal_fd is not None:
             os.close(self.terminal_fd)
             self.terminal_fd = None
-
-    def _kill(self, signum: int, every: bool = False) -> None:
-        status = self.state.status
-        if status == CREATED or (status == RUNNING and self.step is None):
-            # Nothing runs yet: a signal that would end a process ends the container
-            # before it started; one that would not (CONT, WINCH, STOP...) does nothing.
-            if signum not in _HARMLESS_SIGNALS:
-                self.exit_status = 128 + signum
-            return
-        if status not in (RUNNING, PAUSED):
-            raise InvalidState(f"cannot kill a container that is {status}")
-        if signum == signal.SIGKILL and self.kill_deadline is None:
-            self.kill_deadline = time.monotonic() + KILL_GRACE
-        self.agents.kill(signum, every)
-
-    def _order_tasks(self, client: Connection, message: dict[str, Any]) -> None:
-        """pause, resume or update every task; the client's answer comes once all
-        answered."""
-        op = message["op"]
-        rule = RULES[op]
-        if self.state.status not in rule.before:
-            raise InvalidState(rule.refusal)
-        if self.task_order is not None or self.agents.round is not None:
-            raise InvalidState("another order to this container is in progress")
-        if self.step is None or not self.agents.connected:
-            raise ScrunError("the container's node agents are not connected (yet)")
-        self.task_order = TaskOrder(op, client, list(self.agents.connected))
-        for agent in list(self.agents.connected):
-            if not agent.send(message):
-                self.task_order.lost(agent)
-        self._answer_task_order()
-
-    def _answer_task_order(self) -> None:
-        order = self.task_order
-        if order is None or not order.complete:
-            return
-        self.task_order = None
-        errors = order.errors
-        if errors:
-            # All or nothing: the tasks that did it take it back.
-            if order.rule.undo is not None:
-                for agent in order.succeeded():
-                    agent.send({"op": order.rule.undo})
-            order.client.send({"ok": False, "error": f"{order.op} failed: {'; '.join(errors)}"})
-            return
-        if order.rule.after is not None:
-            self.state.status = order.rule.after
-            self.store.save(self.state)
-        # The tasks' pids name processes of this host only on the local backend: the
-        # nodes' mean nothing here, and what stands for them is the stand-in.
-        pids = sorted(order.pids) if self.backend.name == "local" else [self.stand_in.pid]
-        order.client.send({"ok": True, "state": self.state.oci_document(), "pids": pids})
-
-    def _checkpoint(self, client: Connection, order: dict[str, Any]) -> None:
-        if self.state.status != RUNNING:
-            raise InvalidState(f"cannot checkpoint a container that is {self.state.status}")
-        if self.agents.round is not None:
-            raise InvalidState("a checkpoint of this container is already in progress")
-        if not self.agents.connected:
-            raise ScrunError("the container's node agents are not connected (yet)")
-        if self.terminal_fd is not None or self.request.bundle.terminal:
-            raise ScrunError("checkpoint of a container with a terminal is not supported")
-        self.agents.start_checkpoint(client, order)
-        self._answer_checkpoint()
-
-    def _answer_checkpoint(self) -> None:
-        client = self.agents.round_client
-        stops = self.agents.round is not None and not self.agents.round.order.get("leave_running")
-        reply = self.agents.finish_checkpoint(self.state.id, self.state.job_id)
-        if reply is None or client is None:
-            return
-        if reply["ok"] and stops:
-            # As with runc, checkpoint returns once the container has stopped: the
-            # delete that follows must find it so.
-            self.stopped_waiters.append((client, reply))
-        else:
-            client.send(reply)
 
     def _force_stop(self) -> None:
         """The step ignored SIGKILL for KILL_GRACE seconds, or outlived its node agents

@@ -24,12 +24,11 @@ from pyscrun.channel import frames, peer, tcp
 from pyscrun.conf import site
 from pyscrun.conf.ociconf import OciConf
 from pyscrun.errors import RuntimeCommandError, ScrunError
-from pyscrun.node import criu, images
+from pyscrun.node import criu, images, processes
 from pyscrun.node.guard import Guard
 from pyscrun.node.runtime import RuntimeCommands, stop_and_delete
 from pyscrun.node.stdio import ContainerStdio
 from pyscrun.node.task import Task, TaskIdentity
-from pyscrun.oci.state import process_start_time, shell_status
 from pyscrun.watch import watch
 
 TYPE_CHECKING = False
@@ -187,7 +186,7 @@ class Agent:
     def _processes(self) -> list[int]:
         """Every process of the task's container: its init and all below it."""
         pid = self._container_init()
-        return [pid, *_descendants(pid)] if pid else []
+        return [pid, *processes.descendants(pid)] if pid else []
 
     def _for(self, order: dict[str, Any]) -> RuntimeCommands:
         """The runtime commands a checkpoint or restore order asks for: with the
@@ -214,7 +213,7 @@ class Agent:
         if not pid:
             return
         for signum, every in self.pending_signals:
-            for target in [pid, *_descendants(pid)] if every else [pid]:
+            for target in [pid, *processes.descendants(pid)] if every else [pid]:
                 try:
                     os.kill(target, signum)
                 except ProcessLookupError:
@@ -234,7 +233,7 @@ class Agent:
             return self.container_pid
         if self.created_init is not None:
             pid, runtime_program = self.created_init
-            if _program(pid) != runtime_program:
+            if processes.program(pid) != runtime_program:
                 self.container_pid = pid
             return self.container_pid
         if self.conf.RunTimeQuery:
@@ -266,7 +265,7 @@ class Agent:
                 timeout = 0.05 if self.pending_signals or self.pid_wanted else None
                 for key, events in self.selector.select(timeout):
                     if key.data == "exit":
-                        status, self.ended_by_itself = _wait_status(pid)
+                        status, self.ended_by_itself = processes.wait_status(pid)
                         return status
                     if key.data == "control":
                         self._on_control(events)
@@ -312,7 +311,7 @@ class Agent:
         status = self.wait_for(self.runtime_pid)
         if self.ended_by_itself:
             return status
-        adopted = _children()
+        adopted = processes.children()
         if not adopted:
             return status
         # The oldest is the runtime; any other is a helper command (RunTimeQuery, say)
@@ -321,7 +320,7 @@ class Agent:
         if self.guard is not None:
             self.guard.tell_runtime(self.runtime_pid)
         status = self.wait_for(self.runtime_pid)
-        while helpers := _children():
+        while helpers := processes.children():
             self.wait_for(helpers[0])
         self.ended_by_itself = False
         return status
@@ -381,7 +380,7 @@ class Agent:
                 raise RuntimeCommandError("the runtime did not report the container created")
             time.sleep(0.02)
         pid = int(document.get("pid", 0))
-        self.created_init = (pid, _program(pid))
+        self.created_init = (pid, processes.program(pid))
         self._set_pid(pid)
         code, _ = commands.run("RunTimeStart")
         if code != 0:
@@ -397,7 +396,7 @@ class Agent:
             self.commands = commands = task.prepare(self.derived_commands(""),
                                                     self._start_guard(task))
             # After the guard started: it must not be adopted back.
-            _set_child_subreaper()
+            processes.set_child_subreaper()
             restore = self.env.get("PYSCRUN_AGENT_RESTORE")
             foreground = bool(restore) or self.conf.run_mode
             status: int | None = None
@@ -434,61 +433,6 @@ class Agent:
         if not self.control.flush_blocking(REPORT_TIMEOUT):
             return status
         return 0
-
-
-def _wait_status(pid: int) -> tuple[int, bool]:
-    """Exit status of a child the way a shell reports it (128+N for signal N), and
-    whether it exited by itself: neither killed nor saying, as the `/bin/sh -c` around
-    a runtime does, that a process it waited for was (the runtime may be that one)."""
-    try:
-        _, status = os.waitpid(pid, 0)
-    except ChildProcessError:
-        return 0, False
-    return shell_status(status), os.WIFEXITED(status) and os.WEXITSTATUS(status) < 128
-
-
-def _program(pid: int) -> str:
-    """What pid runs ('' once it is gone): it changes when the process execs."""
-    try:
-        return os.readlink(f"/proc/{pid}/exe")
-    except OSError:
-        return ""
-
-
-def _children(pid: int | str = "self") -> list[int]:
-    """The children of pid (this process's own by default) that are not reaped yet,
-    oldest first."""
-    found = []
-    try:
-        threads = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return []
-    for thread in threads:
-        try:
-            with open(f"/proc/{pid}/task/{thread}/children") as listing:
-                found += [int(child) for child in listing.read().split()]
-        except OSError:
-            continue
-    return sorted(found, key=process_start_time)
-
-
-def _descendants(pid: int) -> list[int]:
-    """Every process below pid: the rest of the container, below its init."""
-    found: list[int] = []
-    parents = [pid]
-    while parents:
-        children = _children(parents.pop())
-        found += children
-        parents += children
-    return found
-
-
-def _set_child_subreaper() -> None:
-    import ctypes
-
-    pr_set_child_subreaper = 36
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(pr_set_child_subreaper, 1, 0, 0, 0)
 
 
 def main(env: dict[str, str]) -> int:

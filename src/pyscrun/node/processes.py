@@ -1,0 +1,61 @@
+"""The processes below a node agent: waiting for them, what they run, their trees."""
+
+from __future__ import annotations
+
+import os
+
+from pyscrun.oci.state import process_start_time, shell_status
+
+
+def wait_status(pid: int) -> tuple[int, bool]:
+    """Exit status of a child the way a shell reports it (128+N for signal N), and
+    whether it exited by itself: neither killed nor saying, as the `/bin/sh -c` around
+    a runtime does, that a process it waited for was (the runtime may be that one)."""
+    try:
+        _, status = os.waitpid(pid, 0)
+    except ChildProcessError:
+        return 0, False
+    return shell_status(status), os.WIFEXITED(status) and os.WEXITSTATUS(status) < 128
+
+
+def program(pid: int) -> str:
+    """What pid runs ('' once it is gone): it changes when the process execs."""
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return ""
+
+
+def children(pid: int | str = "self") -> list[int]:
+    """The children of pid (this process's own by default) that are not reaped yet,
+    oldest first."""
+    found = []
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    for thread in threads:
+        try:
+            with open(f"/proc/{pid}/task/{thread}/children") as listing:
+                found += [int(child) for child in listing.read().split()]
+        except OSError:
+            continue
+    return sorted(found, key=process_start_time)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below pid: the rest of the container, below its init."""
+    found: list[int] = []
+    parents = [pid]
+    while parents:
+        below = children(parents.pop())
+        found += below
+        parents += below
+    return found
+
+
+def set_child_subreaper() -> None:
+    """Orphans below this process become its children, not init's."""
+    from pyscrun import linux
+
+    linux.set_child_subreaper()
