@@ -168,6 +168,18 @@ def test_delete_force_of_an_unknown_container_succeeds(local_runtime: Runtime) -
     assert plain.returncode == 1 and "does not exist" in plain.stderr
 
 
+def test_kill_of_a_container_that_has_ended_gives_runcs_error(local_runtime: Runtime,
+                                                             tmp_path: Path) -> None:
+    bundle = make_bundle(tmp_path, ["true"])
+    assert local_runtime.scrun("create", "-b", str(bundle), "ended").returncode == 0
+    stand_in = json.loads(local_runtime.scrun("state", "ended").stdout)["pid"]
+    assert local_runtime.scrun("start", "ended").returncode == 0
+    wait_for(lambda: not Path(f"/proc/{stand_in}").exists(), 30, "the container to end")
+    killed = local_runtime.scrun("kill", "ended", "KILL")
+    assert killed.returncode == 1 and "container not running" in killed.stderr
+    assert local_runtime.scrun("delete", "ended").returncode == 0
+
+
 @pytest.mark.parametrize("backend", ["local", "slurm"])
 def test_hooks_see_the_container_they_were_given_for(cluster: Cluster, tmp_path: Path,
                                                      backend: str) -> None:

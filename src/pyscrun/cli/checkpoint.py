@@ -56,8 +56,8 @@ def _criu_path(ctx: Context, criu: str) -> str:
 def checkpoint(ctx: Context) -> int:
     from pyscrun.cli.lifecycle import load_for
 
-    store, state = load_for(ctx, "checkpoint", RUNNING)
     order = _criu_order(ctx, "checkpoint")
+    store, state = load_for(ctx, "checkpoint", RUNNING)
     order.update(op="checkpoint", leave_running=ctx.flag("leave_running"))
     try:
         os.makedirs(str(order["image_path"]), exist_ok=True)

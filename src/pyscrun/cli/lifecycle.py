@@ -165,12 +165,15 @@ def kill(ctx: Context) -> int:
     store = ctx.store
     state = store.load(ctx.container_id)
     if state.effective_status() not in (CREATED, RUNNING, PAUSED):
-        # runc says so once the container's pid is gone, and podman, told so, checks
-        # that pid (a zombie still counts): the stand-in outlives the container while
-        # the job is given back, and its parent then reaps it.
+        if not process_alive(state.stand_in, state.stand_in_start):
+            raise InvalidState("container not running")  # runc's words
+        # The container has ended, but the pid its caller knows it by lives on while
+        # the job is given back: to the caller it is still ending, and a signal that
+        # races an end succeeds, as runc's kill racing its init's exit does. podman,
+        # told otherwise, finds that pid alive and fails its stop or rm.
         _wait_gone(state.stand_in, state.stand_in_start, DELETE_TIMEOUT)
         _wait_reaped(state.stand_in, state.stand_in_start, REAP_TIMEOUT)
-        raise InvalidState("container not running")  # runc's words
+        return 0
     _ask(store, state, {"op": "kill", "signal": signum, "all": ctx.flag("all")})
     return 0
 
