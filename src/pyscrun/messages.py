@@ -78,14 +78,14 @@ CHANNELS: dict[str, dict[str, dict[str, Field]]] = {
     },
     # a node agent to its anchor, over the channel
     "agent": {
-        "op agent-hello": {"task": Field(str, required=True), "node": Field(str, required=True)},
+        "op agent-hello": {"task": Field(str, required=True), "node": Field(str, required=True),
+                           "tasks": Field(int, low=1, high=1 << 16)},
         "op agent-error": {"message": Field(str, required=True)},
         "op send-images": {},
         "op file": FILE,
         "event exit": {"status": Field(int, required=True, low=0, high=255)},
-        "event running": {},
+        "event running": {"pid": Field(int, NONE, low=1, high=(1 << 22))},
         "event checkpointed": {"error": ERROR},
-        "event container-pid": {"pid": Field(int, required=True, low=1, high=(1 << 22))},
         "event ordered": {"order": Field(str, required=True,
                                          choices=("pause", "resume", "update", "ps")),
                           "error": ERROR, "pids": Field(list, NONE)},

@@ -147,7 +147,7 @@ class AgentPort:
         if not task.isdigit():
             raise ValueError(f"a hello from task {task[:20]!r}")
         self.strangers.remove(link)
-        self.agents.hello(link, task, node)
+        self.agents.hello(link, task, node, int(message.get("tasks") or 1))
 
 
 def send_images(link: AgentLink, restore: dict[str, Any] | None) -> None:

@@ -39,13 +39,15 @@ class Agents:
         self.pending_kills: list[dict[str, Any]] = []
         self.exit_statuses: list[int] = []
         self.running = 0  # agents that reported their container running
+        self.tasks = 0  # how many the step has, as its agents say (0 until one has)
         self.lost = 0  # agents whose connection closed before they reported an exit
         self.last_error = ""
         self.round: CheckpointRound | None = None
         self.round_client: Connection | None = None
 
-    def hello(self, agent: AgentLink, task: str, node: str) -> None:
+    def hello(self, agent: AgentLink, task: str, node: str, tasks: int) -> None:
         agent.task, agent.node, agent.deadline = task, node, None
+        self.tasks = tasks
         self.connected.append(agent)
         for order in self.pending_kills:
             agent.send(order)
@@ -76,6 +78,10 @@ class Agents:
         self.pending_kills.append(order)
         for agent in list(self.connected):
             agent.send(order)
+
+    def all_running(self) -> bool:
+        """Every task of the step runs its container (orders can reach each)."""
+        return self.tasks > 0 and self.running >= self.tasks and len(self.connected) >= self.tasks
 
     def nodes(self) -> list[str]:
         return sorted({agent.node for agent in self.connected if agent.node})

@@ -78,6 +78,8 @@ class Anchor(Orders):
         # Clients of a checkpoint that stops the container, answered once it has.
         self.stopped_waiters: list[tuple[Connection, dict[str, Any]]] = []
         self.task_order: TaskOrder | None = None  # a pause or resume in progress
+        # Orders for the tasks that wait for every task to run: (client, order, until).
+        self.waiting_orders: list[tuple[Connection, dict[str, Any], float]] = []
         # The caller's stdio, while the agents stream the container's: srun's own
         # forwarding is slower, and ends every signal but USR1/USR2 as SIGKILL.
         self.stdio: CallerStdio | None = None
@@ -190,6 +192,7 @@ class Anchor(Orders):
     def _deadlines(self) -> list[float]:
         found = self.agent_port.deadlines() if self.agent_port is not None else []
         found += self.control.deadlines() if self.control is not None else []
+        found += [deadline for _, _, deadline in self.waiting_orders]
         return [d for d in (self.kill_deadline, self.drain_deadline, *found) if d is not None]
 
     def _serve(self) -> int:
@@ -205,6 +208,8 @@ class Anchor(Orders):
                 self.agent_port.expire(now)
             if self.control is not None:
                 self.control.expire(now)
+            if self.waiting_orders:
+                self._give_waiting_orders(now)
             if (self.kill_deadline is not None and self.exit_status is None
                     and now >= self.kill_deadline):
                 self._force_stop()
@@ -351,7 +356,6 @@ class Anchor(Orders):
             # anchor on loopback.
             agent_env["PYSCRUN_AGENT_HOST"] = "127.0.0.1"
             agent_env["PYSCRUN_AGENT_SLURM_CONF"] = self.site.slurm_conf
-            agent_env["PYSCRUN_AGENT_REPORT_PID"] = "1"
         pass_stdio = self.backend.name == "slurm" and self.terminal_fd is None
         if pass_stdio:
             self.stdio = CallerStdio()
@@ -420,12 +424,14 @@ class Anchor(Orders):
             self.staging.stage_out(self.allocation)
         self.state.status = STOPPED
         self.state.exit_status = status
+        self.state.ended = time.time()
         try:
             self.store.save(self.state)
         except ScrunError as err:
             log.current.error(str(err))
         for client, reply in self.stopped_waiters:
             client.send(reply)
+        self._give_waiting_orders()
         self._release()
         return status
 

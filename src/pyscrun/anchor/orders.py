@@ -31,6 +31,8 @@ _HARMLESS_SIGNALS = frozenset((signal.SIGCHLD, signal.SIGCONT, signal.SIGURG, si
                                signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU))
 # After SIGKILL was ordered, how long the step may take before its launcher is killed.
 KILL_GRACE = 10.0
+# How long an order for the tasks waits for every task to run its container.
+ORDER_WAIT = 60.0
 
 
 class Orders:
@@ -47,6 +49,7 @@ class Orders:
     exit_status: int | None
     task_order: TaskOrder | None
     stopped_waiters: list[tuple[Connection, dict[str, Any]]]
+    waiting_orders: list[tuple[Connection, dict[str, Any], float]]
 
     def _start(self) -> None:
         raise NotImplementedError
@@ -62,11 +65,8 @@ class Orders:
             self._kill(message["signal"], bool(message.get("all")))
         elif op == "delete":
             self._kill(signal.SIGKILL)
-        elif op == "checkpoint":
-            self._checkpoint(client, message)
-            return None
-        elif op in RULES:
-            self._order_tasks(client, message)
+        elif op == "checkpoint" or op in RULES:
+            self._when_running(client, message)
             return None
         elif op != "state":
             raise ScrunError(f"unknown operation {op!r}")
@@ -82,15 +82,17 @@ class Orders:
             self.agents.exit_statuses.append(message["status"])
         elif event == "running":
             self.agents.running += 1
+            pid = message.get("pid")
+            if pid and agent.task == "0" and self.backend.name == "local":
+                # The container runs on this host: the stand-in takes its namespaces.
+                try:
+                    self.stand_in.join(pid)
+                except ScrunError as err:
+                    log.current.info(f"the stand-in keeps namespaces of its own: {err}")
             restore = self.request.restore
             if restore is not None and self.agents.running >= int(restore.get("tasks", 1)):
                 self._report_ready(None)
-        elif event == "container-pid" and self.backend.name == "local":
-            # The container runs on this host: the stand-in takes its namespaces.
-            try:
-                self.stand_in.join(message["pid"])
-            except ScrunError as err:
-                log.current.info(f"the stand-in keeps namespaces of its own: {err}")
+            self._give_waiting_orders()
         elif event == "ordered":
             if self.task_order is not None:
                 self.task_order.record(agent, message.get("error"), message.get("pids"))
@@ -115,8 +117,39 @@ class Orders:
             self.kill_deadline = time.monotonic() + KILL_GRACE
         self.agents.kill(signum, every)
 
+    def _when_running(self, client: Connection, message: dict[str, Any]) -> None:
+        """An order for the tasks (checkpoint, pause, ...), given once every task runs
+        its container: right after start, or while the job is queued, it waits."""
+        if self.agents.all_running():
+            self._give(client, message)
+            return
+        self.waiting_orders.append((client, message, time.monotonic() + ORDER_WAIT))
+
+    def _give_waiting_orders(self, now: float | None = None) -> None:
+        """Give the orders that waited, once every task runs; fail those that waited
+        too long, or whose container ended."""
+        waiting, self.waiting_orders = self.waiting_orders, []
+        for client, message, deadline in waiting:
+            if self.agents.all_running() and self.exit_status is None:
+                self._give(client, message)
+            elif self.exit_status is not None or (now is not None and now >= deadline):
+                ended = self.exit_status is not None
+                client.send({"ok": False, "error": "container not running" if ended else
+                             f"the container's tasks did not all start within {ORDER_WAIT:.0f} s"})
+            else:
+                self.waiting_orders.append((client, message, deadline))
+
+    def _give(self, client: Connection, message: dict[str, Any]) -> None:
+        try:
+            if message["op"] == "checkpoint":
+                self._checkpoint(client, message)
+            else:
+                self._order_tasks(client, message)
+        except ScrunError as err:
+            client.send({"ok": False, "error": str(err)})
+
     def _order_tasks(self, client: Connection, message: dict[str, Any]) -> None:
-        """pause, resume or update every task; the client's answer comes once all
+        """pause, resume, update or ps every task; the client's answer comes once all
         answered."""
         op = message["op"]
         rule = RULES[op]
@@ -124,8 +157,6 @@ class Orders:
             raise InvalidState(rule.refusal)
         if self.task_order is not None or self.agents.round is not None:
             raise InvalidState("another order to this container is in progress")
-        if self.step is None or not self.agents.connected:
-            raise ScrunError("the container's node agents are not connected (yet)")
         self.task_order = TaskOrder(op, client, list(self.agents.connected))
         for agent in list(self.agents.connected):
             if not agent.send(message):
@@ -158,8 +189,6 @@ class Orders:
             raise InvalidState(f"cannot checkpoint a container that is {self.state.status}")
         if self.agents.round is not None:
             raise InvalidState("a checkpoint of this container is already in progress")
-        if not self.agents.connected:
-            raise ScrunError("the container's node agents are not connected (yet)")
         if self.terminal_fd is not None or self.request.bundle.terminal:
             raise ScrunError("checkpoint of a container with a terminal is not supported")
         self.agents.start_checkpoint(client, order)

@@ -31,6 +31,9 @@ if TYPE_CHECKING:
 DELETE_TIMEOUT = 30.0
 # How long an ended stand-in may stay a zombie before its parent (conmon) reaps it.
 REAP_TIMEOUT = 2.0
+# How long after a container's end a kill counts as racing it (and succeeds) rather
+# than coming after it (runc's error): podman learns of the end that much later.
+KILL_RACE = 5.0
 # What `run` passes on to the container: SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGTERM.
 FORWARDED_SIGNALS = (1, 2, 3, 10, 12, 15)
 
@@ -165,12 +168,13 @@ def kill(ctx: Context) -> int:
     store = ctx.store
     state = store.load(ctx.container_id)
     if state.effective_status() not in (CREATED, RUNNING, PAUSED):
-        if not process_alive(state.stand_in, state.stand_in_start):
+        ending = process_alive(state.stand_in, state.stand_in_start)
+        if not ending and time.time() - state.ended > KILL_RACE:
             raise InvalidState("container not running")  # runc's words
-        # The container has ended, but the pid its caller knows it by lives on while
-        # the job is given back: to the caller it is still ending, and a signal that
-        # races an end succeeds, as runc's kill racing its init's exit does. podman,
-        # told otherwise, finds that pid alive and fails its stop or rm.
+        # The container has just ended (the pid its caller knows it by may live on
+        # while the job is given back): a signal that races an end succeeds. podman
+        # stops and removes a container it still thinks runs, and takes a refusal
+        # for a failure (`podman rm -af` as `run --rm` containers end).
         _wait_gone(state.stand_in, state.stand_in_start, DELETE_TIMEOUT)
         _wait_reaped(state.stand_in, state.stand_in_start, REAP_TIMEOUT)
         return 0

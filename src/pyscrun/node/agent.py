@@ -75,9 +75,10 @@ class Agent:
         # RunTimeCheckpoint and RunTimeRestore, given the criu the order names ('' for
         # the runtime's own choice).
         self.derived_commands = derived_commands
-        # The local backend's anchor wants the container's init pid, to give its
-        # stand-in the container's namespaces.
-        self.pid_wanted = env.get("PYSCRUN_AGENT_REPORT_PID") == "1" and bool(conf.RunTimeQuery)
+        # The anchor learns when the container runs (orders wait for that) and its init's
+        # pid (the local backend's stand-in takes its namespaces). A restore says so
+        # itself.
+        self.running_unreported = not env.get("PYSCRUN_AGENT_RESTORE")
 
     # -- control channel -------------------------------------------------------------
     def connect(self) -> None:
@@ -85,7 +86,8 @@ class Agent:
         if self.control is None:
             return
         self.control.send(frames.message({
-            "op": "agent-hello", "task": self.ident.task_id, "node": self.ident.node}))
+            "op": "agent-hello", "task": self.ident.task_id, "node": self.ident.node,
+            "tasks": int(self.env.get("SLURM_NTASKS") or 1)}))
         if self.env.get("PYSCRUN_AGENT_STDIO") == "stream" and not os.isatty(0):
             self.stdio = ContainerStdio(self.control, with_stdin=self.ident.task_id == "0")
             self.stdio.attach(self.selector)
@@ -241,13 +243,16 @@ class Agent:
             return self.container_pid
         return self.runtime_pid
 
-    def _report_container_pid(self) -> None:
-        if not self.pid_wanted or self.commands is None:
+    def _report_running(self) -> None:
+        if not self.running_unreported or self.commands is None:
             return
         pid = self._container_init()
-        if pid and pid != self.runtime_pid:
-            self.pid_wanted = False
-            self._send({"event": "container-pid", "pid": pid})
+        if not pid:
+            return
+        self.running_unreported = False
+        # Without RunTimeQuery the runtime's own process is all there is to name.
+        known = pid != self.runtime_pid
+        self._send({"event": "running", "pid": pid if known else None})
 
     def _on_signal(self, reader: socket.socket) -> None:
         for signum in selfpipe.received(reader):
@@ -261,8 +266,8 @@ class Agent:
         try:
             while True:
                 # A signal that arrived before the container existed is retried soon,
-                # and the container's pid looked for until it is found.
-                timeout = 0.05 if self.pending_signals or self.pid_wanted else None
+                # and the container's init looked for until it is found.
+                timeout = 0.05 if self.pending_signals or self.running_unreported else None
                 for key, events in self.selector.select(timeout):
                     if key.data == "exit":
                         status, self.ended_by_itself = processes.wait_status(pid)
@@ -276,7 +281,7 @@ class Agent:
                     elif self.stdio is not None and key.data[0] == "stdin":
                         self.stdio.write_stdin()
                 self._flush_signals()
-                self._report_container_pid()
+                self._report_running()
                 self._rearm()
         finally:
             self.selector.unregister(pidfd)
@@ -355,8 +360,9 @@ class Agent:
         self._set_pid(self.process.pid, runtime=True)
         # create (and so podman) waits until every task runs again, or failed to.
         while self.process.poll() is None:
-            if commands.running_pid():
-                self._send({"event": "running"})
+            pid = commands.running_pid()
+            if pid:
+                self._send({"event": "running", "pid": pid})
                 break
             time.sleep(0.02)
         else:

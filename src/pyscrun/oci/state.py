@@ -26,7 +26,7 @@ class ContainerState:
         # its start time.
         "stand_in": 0, "stand_in_start": 0,
         "created": "", "annotations": None, "rootfs": "", "owner": "",
-        "exit_status": None, "backend": "local", "job_id": "", "job_owned": False,
+        "exit_status": None, "ended": 0.0, "backend": "local", "job_id": "", "job_owned": False,
         "extra": None,
     }
     __slots__ = tuple(FIELDS)
@@ -42,6 +42,7 @@ class ContainerState:
     rootfs: str
     owner: str
     exit_status: int | None
+    ended: float  # when the container ended (seconds since the epoch), 0 until then
     backend: str
     job_id: str
     job_owned: bool
@@ -103,7 +104,7 @@ class ContainerState:
 # Fields whose type is not that of their default.
 _KINDS: dict[str, tuple[type, ...]] = {
     "annotations": (dict, type(None)), "extra": (dict, type(None)),
-    "exit_status": (int, type(None)),
+    "exit_status": (int, type(None)), "ended": (int, float),
 }
 
 
