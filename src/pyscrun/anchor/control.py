@@ -1,4 +1,5 @@
-"""The anchor's control socket: scrun's verbs (and only its owner's) ask it things.
+"""A control socket: scrun's verbs ask their anchor things (and `srun_cr checkpoint` its
+srun_cr), only their owner's.
 
 Each request is checked against the message table before it is handled, and a client
 that sends nothing for a while, or one too many, is closed: nothing a client does can
@@ -50,10 +51,12 @@ class ControlSocket:
     reply comes later (a checkpoint's)."""
 
     def __init__(self, selector: selectors.BaseSelector, path: str,
-                 handle: Callable[[Connection, dict[str, Any]], dict[str, Any] | None]) -> None:
+                 handle: Callable[[Connection, dict[str, Any]], dict[str, Any] | None],
+                 channel: str = "control") -> None:
         self.selector = selector
         self.path = path
         self.handle = handle
+        self.channel = channel  # whose requests, in the message table
         self.clients: list[Connection] = []
         self.crowded_logged = -CLIENT_IDLE
         self.listener = protocol.listen(path)
@@ -130,7 +133,7 @@ class ControlSocket:
         client.active = time.monotonic()
         for message in received:
             try:
-                reply = self.handle(client, messages.check(message, "control"))
+                reply = self.handle(client, messages.check(message, self.channel))
             except messages.MessageError as err:
                 log.current.error(f"refused a request: {err}")
                 reply = {"ok": False, "error": f"refused a request: {err}"}

@@ -22,7 +22,7 @@ from pyscrun import log
 from pyscrun.errors import CheckpointError
 from pyscrun.srun_cr import images
 
-Send = Callable[[dict[str, Any]], None]
+Send = Callable[[dict[str, Any]], object]  # what it returns is not looked at
 # How long a checkpoint request waits for every task to have reported.
 WAIT_FOR_TASKS = 30.0
 

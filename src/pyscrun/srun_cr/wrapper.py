@@ -21,7 +21,7 @@ import time
 from typing import Any, NoReturn
 
 from pyscrun import linux, log, messages
-from pyscrun.anchor import protocol
+from pyscrun.anchor.control import Connection, ControlSocket
 from pyscrun.channel import frames, peer, tcp
 from pyscrun.conf import site
 from pyscrun.errors import BackendError, CheckpointError, UsageError
@@ -93,17 +93,6 @@ class Plan:
         return env
 
 
-class _Conn:
-    """A request on the Unix socket (`srun_cr checkpoint`, `status`)."""
-
-    def __init__(self, sock: socket.socket) -> None:
-        self.sock = sock
-        self.reader = protocol.LineReader()
-
-    def send(self, message: dict[str, Any]) -> None:
-        self.sock.sendall(protocol.encode(message))
-
-
 class _Launcher:
     """A connection on the launchers' port: one task's launcher once it said hello."""
 
@@ -138,7 +127,8 @@ class Wrapper:
         self.criu = criu.find(self.environ)
         registry.prepare(self.run_dir)
         self.socket_path = registry.socket_path(self.run_dir)
-        server = protocol.listen(self.socket_path)
+        control = ControlSocket(self.selector, self.socket_path, self._request,
+                                "srun_cr control")
         ports = site.srun_port_range(site.slurm_conf_path(None, self.environ))
         launchers = tcp.listen(ports)
         try:
@@ -146,14 +136,10 @@ class Wrapper:
             relay.block()
             self.srun_pid = self._spawn(srun, tcp.port_of(launchers))
             relay.start()
-            status = self._serve(server, launchers, relay)
+            status = self._serve(control, launchers, relay)
         finally:
-            server.close()
+            control.close()
             launchers.close()
-            try:
-                os.unlink(self.socket_path)
-            except OSError:
-                pass
             if self.link is not None:
                 registry.unregister(self.link, self.socket_path)
         signals.exit_like(status)
@@ -188,21 +174,20 @@ class Wrapper:
         except CheckpointError as err:
             log.current.error(str(err))
 
-    def _serve(self, server: socket.socket, launchers: socket.socket,
+    def _serve(self, control: ControlSocket, launchers: socket.socket,
                relay: signals.Relay) -> int:
         pidfd = os.pidfd_open(self.srun_pid)
-        self.selector.register(server, selectors.EVENT_READ, "server")
         self.selector.register(launchers, selectors.EVENT_READ, "launchers")
         self.selector.register(relay.read_fd, selectors.EVENT_READ, "signals")
         self.selector.register(pidfd, selectors.EVENT_READ, "srun")
         try:
             while True:
-                deadlines = [d for d in (self.coordinator.next_deadline(),
+                deadlines = [d for d in (self.coordinator.next_deadline(), *control.deadlines(),
                                          *(c.deadline for c in self.strangers)) if d is not None]
                 timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
                 for key, _ in self.selector.select(timeout):
-                    if key.data == "server":
-                        self._accept(server)
+                    if isinstance(key.data, ControlSocket | Connection):
+                        control.ready(key.data)
                     elif key.data == "launchers":
                         self._accept_launcher(launchers)
                     elif key.data == "signals":
@@ -213,24 +198,13 @@ class Wrapper:
                         return status
                     elif isinstance(key.data, _Launcher):
                         self._launcher_readable(key.data)
-                    else:
-                        self._readable(key.data)
                 now = time.monotonic()
+                control.expire(now)
                 for late in [c for c in self.strangers if c.deadline is not None and c.deadline <= now]:
                     self._close_launcher(late, "it did not say hello in time")
                 self.coordinator.tick(now)
         finally:
             os.close(pidfd)
-
-    def _accept(self, server: socket.socket) -> None:
-        try:
-            sock = protocol.accept(server)
-        except OSError:
-            return
-        if sock is None:
-            return
-        sock.settimeout(30.0)
-        self.selector.register(sock, selectors.EVENT_READ, _Conn(sock))
 
     def _accept_launcher(self, launchers: socket.socket) -> None:
         try:
@@ -274,29 +248,23 @@ class Wrapper:
                     self.strangers.remove(conn)
             self._dispatch(conn, message)
 
-    def _readable(self, conn: _Conn) -> None:
-        messages = conn.reader.receive(conn.sock)
-        if messages is None:
-            self.selector.unregister(conn.sock)
-            conn.sock.close()
-            return
-        for message in messages:
-            self._dispatch(conn, message)
+    def _request(self, client: Connection, message: dict[str, Any]) -> dict[str, Any] | None:
+        """A request of `srun_cr checkpoint` (or status): checkpoints are answered once
+        every task has been dumped."""
+        if message["op"] == "status":
+            return self._status()
+        directory = message.get("dir")
+        self.coordinator.request(Request(str(directory) if directory else None,
+                                         bool(message.get("stop")), client.send))
+        return None
 
-    def _dispatch(self, conn: _Conn | _Launcher, message: dict[str, Any]) -> None:
+    def _dispatch(self, conn: _Launcher, message: dict[str, Any]) -> None:
         op = message.get("op")
         try:
-            messages.check(message, "srun_cr launcher" if isinstance(conn, _Launcher)
-                           else "srun_cr control")
-            if op == "hello" and isinstance(conn, _Launcher):
+            messages.check(message, "srun_cr launcher")
+            if op == "hello":
                 conn.rank = self.coordinator.hello(message, conn.send)
-            elif op == "checkpoint" and isinstance(conn, _Conn):
-                directory = message.get("dir")
-                self.coordinator.request(Request(str(directory) if directory else None,
-                                                 bool(message.get("stop")), conn.send))
-            elif op == "status" and isinstance(conn, _Conn):
-                conn.send(self._status())
-            elif isinstance(conn, _Launcher) and conn.rank is not None:
+            elif conn.rank is not None:
                 self.coordinator.message(conn.rank, message)
         except (KeyError, TypeError, ValueError) as err:
             log.current.error(f"refused a message: {err}")
