@@ -77,7 +77,7 @@ def test_what_pyscrun_sends_passes(channel: str, message: dict[str, Any]) -> Non
     ("control", {"op": "reboot"}, "unknown message"),
     ("control", [1], "must be an object"),
     ("agent", {"event": "exit", "status": 256}, "from 0 to 255"),
-    ("agent", {"event": "container-pid", "pid": -1}, "from 1"),
+    ("agent", {"event": "running", "pid": -1}, "from 1"),
     ("orders", {"op": "kill", "signal": 0}, "from 1 to 64"),
     ("srun_cr orders", {"op": "finish", "action": "explode"}, "one of kill, resume"),
 ])
