@@ -79,6 +79,21 @@ def pivot_root(new_root: str, put_old: str) -> None:
     _check("pivot_root", _lib().syscall(ctypes.c_long(number), new_root.encode(), put_old.encode()))
 
 
+def keep_only(keep: set[int]) -> None:
+    """stdio on /dev/null and every other descriptor but keep closed: a process that
+    outlives its caller must hold nothing of the caller's (a copy of one of conmon's
+    pipes would keep it waiting)."""
+    null = os.open(os.devnull, os.O_RDWR)
+    for target in (0, 1, 2):
+        os.dup2(null, target)
+    for name in os.listdir("/proc/self/fd"):
+        if int(name) not in keep | {0, 1, 2}:
+            try:
+                os.close(int(name))
+            except OSError:
+                pass
+
+
 def fork_in_new_pid_namespace() -> int:
     """fork() whose child is pid 1 of a new pid namespace, while the caller's later
     children stay in the caller's own namespace. Returns as os.fork() does."""

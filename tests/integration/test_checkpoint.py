@@ -81,17 +81,24 @@ def _assert_continues(counts: list[int], before: int) -> None:
     assert max(counts) > before + 1, counts
 
 
-def test_export_rm_import_continues_in_a_new_job(runtime: Runtime, tmp_path: Path) -> None:
-    name = f"c{uuid.uuid4().hex[:8]}"
-    _ok(runtime, "run", "-d", "--uts=host", "--name", name, IMAGE, "sh", "-c", COUNTER)
-    _wait_count(runtime, name, 5)
-    old_job, _ = _job(runtime)
+def _export_and_import(runtime: Runtime, tmp_path: Path, name: str) -> int:
+    """Checkpoint name to an archive, remove it, restore it as name+'r' (in a new job)
+    and wait until that counts on; the count when it was checkpointed."""
     archive = tmp_path / "ck.tar.zst"
     _ok(runtime, "container", "checkpoint", "--export", str(archive), name)
     before = _counts(runtime, name)[-1][0]
     _ok(runtime, "rm", name)
     _ok(runtime, "container", "restore", "--import", str(archive), "--name", name + "r")
     _wait_count(runtime, name + "r", before + 5)
+    return before
+
+
+def test_export_rm_import_continues_in_a_new_job(runtime: Runtime, tmp_path: Path) -> None:
+    name = f"c{uuid.uuid4().hex[:8]}"
+    _ok(runtime, "run", "-d", "--uts=host", "--name", name, IMAGE, "sh", "-c", COUNTER)
+    _wait_count(runtime, name, 5)
+    old_job, _ = _job(runtime)
+    before = _export_and_import(runtime, tmp_path, name)
     new_job, _ = _job(runtime)
     assert new_job != old_job
     _assert_continues([c for c, _ in _counts(runtime, name + "r")], before)
@@ -296,12 +303,7 @@ def test_a_runtime_with_a_root_of_its_own_is_checkpointed_and_restored(
     name = f"o{uuid.uuid4().hex[:8]}"
     _ok(runtime, "run", "-d", "--name", name, IMAGE, "sh", "-c", COUNTER)
     _wait_count(runtime, name, 5)
-    archive = tmp_path / "ck.tar.zst"
-    _ok(runtime, "container", "checkpoint", "--export", str(archive), name)
-    before = _counts(runtime, name)[-1][0]
-    _ok(runtime, "rm", name)
-    _ok(runtime, "container", "restore", "--import", str(archive), "--name", name + "r")
-    _wait_count(runtime, name + "r", before + 5)
+    before = _export_and_import(runtime, tmp_path, name)
     _assert_continues([c for c, _ in _counts(runtime, name + "r")], before)
 
 

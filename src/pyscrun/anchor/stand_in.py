@@ -113,17 +113,9 @@ class StandIn:
 def _serve(orders_fd: int, answers_fd: int) -> None:
     import signal
 
-    # Nothing of the caller's: a copy of one of conmon's pipes would keep it waiting.
-    null = os.open(os.devnull, os.O_RDWR)
-    for target in (0, 1, 2):
-        os.dup2(null, target)
-    keep = {0, 1, 2, orders_fd, answers_fd}
-    for name in os.listdir("/proc/self/fd"):
-        if int(name) not in keep:
-            try:
-                os.close(int(name))
-            except OSError:
-                pass
+    from pyscrun import linux
+
+    linux.keep_only({orders_fd, answers_fd})
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
         signal.signal(signum, signal.SIG_IGN)
     # The host's /proc, for a later join: the new root has none.

@@ -26,7 +26,7 @@ import os
 import signal
 import time
 
-from pyscrun import log
+from pyscrun import linux, log
 from pyscrun.node.runtime import RuntimeCommands, stop_and_delete
 
 TYPE_CHECKING = False
@@ -97,16 +97,7 @@ def _watch(fd: int, commands: RuntimeCommands, cleanup: Callable[[], None]) -> N
         # A handler, not SIG_IGN: an ignored signal would stay ignored in the
         # runtime commands the guard may have to run.
         signal.signal(signum, _ignore)
-    null = os.open(os.devnull, os.O_RDWR)
-    for target in (0, 1, 2):
-        os.dup2(null, target)
-    keep = {0, 1, 2, fd, *log.current.open_fds()}
-    for name in os.listdir("/proc/self/fd"):
-        if int(name) not in keep:
-            try:
-                os.close(int(name))
-            except OSError:
-                pass
+    linux.keep_only({fd, *log.current.open_fds()})
     log.current.detach_stderr()
     said = b""
     while chunk := os.read(fd, 4096):
