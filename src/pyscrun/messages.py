@@ -96,6 +96,7 @@ CHANNELS: dict[str, dict[str, dict[str, Field]]] = {
         "op checkpoint": CHECKPOINT_ORDER,
         "op file": FILE,
         "op images-sent": {"error": ERROR},
+        "op report-running": {},
         "op pause": {},
         "op resume": {},
         "op update": {"resources": Field(dict, required=True)},

@@ -40,6 +40,7 @@ class Agents:
         self.exit_statuses: list[int] = []
         self.running = 0  # agents that reported their container running
         self.tasks = 0  # how many the step has, as its agents say (0 until one has)
+        self.running_asked = False
         self.lost = 0  # agents whose connection closed before they reported an exit
         self.last_error = ""
         self.round: CheckpointRound | None = None
@@ -51,6 +52,8 @@ class Agents:
         self.connected.append(agent)
         for order in self.pending_kills:
             agent.send(order)
+        if self.running_asked:
+            agent.send({"op": "report-running"})
 
     def stdin_taker(self) -> AgentLink | None:
         """Task 0's agent, which reads the container's stdin, as with srun."""
@@ -78,6 +81,13 @@ class Agents:
         self.pending_kills.append(order)
         for agent in list(self.connected):
             agent.send(order)
+
+    def ask_running(self) -> None:
+        """Every agent, and every one still to come, reports once its container runs."""
+        if not self.running_asked:
+            self.running_asked = True
+            for agent in list(self.connected):
+                agent.send({"op": "report-running"})
 
     def all_running(self) -> bool:
         """Every task of the step runs its container (orders can reach each)."""

@@ -356,6 +356,8 @@ class Anchor(Orders):
             # anchor on loopback.
             agent_env["PYSCRUN_AGENT_HOST"] = "127.0.0.1"
             agent_env["PYSCRUN_AGENT_SLURM_CONF"] = self.site.slurm_conf
+            # Its stand-in takes the container's namespaces as soon as it runs.
+            agent_env["PYSCRUN_AGENT_RUNNING"] = "report"
         pass_stdio = self.backend.name == "slurm" and self.terminal_fd is None
         if pass_stdio:
             self.stdio = CallerStdio()

@@ -124,6 +124,8 @@ class Orders:
             self._give(client, message)
             return
         self.waiting_orders.append((client, message, time.monotonic() + ORDER_WAIT))
+        # Agents report running only when asked (asking RunTimeQuery costs the node).
+        self.agents.ask_running()
 
     def _give_waiting_orders(self, now: float | None = None) -> None:
         """Give the orders that waited, once every task runs; fail those that waited

@@ -75,10 +75,13 @@ class Agent:
         # RunTimeCheckpoint and RunTimeRestore, given the criu the order names ('' for
         # the runtime's own choice).
         self.derived_commands = derived_commands
-        # The anchor learns when the container runs (orders wait for that) and its init's
-        # pid (the local backend's stand-in takes its namespaces). A restore says so
-        # itself.
-        self.running_unreported = not env.get("PYSCRUN_AGENT_RESTORE")
+        # The anchor learns when the container runs and its init's pid, when it asks
+        # (an order waits for every task to run) or from the start (the local backend's
+        # stand-in takes the container's namespaces): RunTimeQuery is asked until then.
+        # A restore says so by itself.
+        self.running_unreported = (env.get("PYSCRUN_AGENT_RUNNING") == "report"
+                                   and not env.get("PYSCRUN_AGENT_RESTORE"))
+        self.running_reported = False
 
     # -- control channel -------------------------------------------------------------
     def connect(self) -> None:
@@ -139,6 +142,8 @@ class Agent:
                     self.deliver(message["signal"], bool(message.get("all")))
                 elif op == "checkpoint":
                     self._checkpoint(message)
+                elif op == "report-running":
+                    self.running_unreported = not self.running_reported
                 elif op == "ps":
                     self._send({"event": "ordered", "order": "ps", "error": None,
                                 "pids": self._processes()})
@@ -250,6 +255,7 @@ class Agent:
         if not pid:
             return
         self.running_unreported = False
+        self.running_reported = True
         # Without RunTimeQuery the runtime's own process is all there is to name.
         known = pid != self.runtime_pid
         self._send({"event": "running", "pid": pid if known else None})
@@ -362,6 +368,7 @@ class Agent:
         while self.process.poll() is None:
             pid = commands.running_pid()
             if pid:
+                self.running_reported = True
                 self._send({"event": "running", "pid": pid})
                 break
             time.sleep(0.02)
