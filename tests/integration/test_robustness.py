@@ -137,6 +137,10 @@ def test_a_checkpoint_manifest_of_the_wrong_shape_is_one_line(local_runtime: Run
 def test_a_container_named_tasks_under_the_default_root(tmp_path: Path) -> None:
     """The default task dir is not inside the default --root: an id is never taken
     by another container's task dir."""
+    leftover = Path("/run/pyscrun/tasks")  # the task dirs of a pyscrun before this one
+    if leftover.is_dir() and not any(leftover.iterdir()):
+        leftover.rmdir()
+    assert not leftover.exists(), f"{leftover} is in the way: a container of that name runs"
     conf_dir = tmp_path / "etc"
     conf_dir.mkdir()
     scrun = [str(SCRUN), "-f", str(conf_dir / "slurm.conf")]  # no --root: the default
