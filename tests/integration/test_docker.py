@@ -241,3 +241,17 @@ def test_docker_top_and_pause(dockerd: Dockerd, docker_runtime: Runtime) -> None
     finally:
         assert dockerd.docker("rm", "-f", container).returncode == 0
     _wait_all_gone(dockerd, container)
+
+
+def test_docker_exec(dockerd: Dockerd, docker_runtime: Runtime) -> None:
+    container = _run_detached(dockerd, "sleep", "1000")
+    try:
+        echoed = dockerd.docker("exec", container, "echo", "hi")
+        assert (echoed.returncode, echoed.stdout) == (0, b"hi\n"), echoed.stderr
+        assert dockerd.docker("exec", container, "sh", "-c", "exit 6").returncode == 6
+        placed = dockerd.docker("exec", "-e", "X=7", "-w", "/tmp", container, "sh", "-c",
+                                "echo $X $(pwd)")
+        assert placed.stdout == b"7 /tmp\n", placed.stderr
+    finally:
+        assert dockerd.docker("rm", "-f", container).returncode == 0
+    _wait_all_gone(dockerd, container)

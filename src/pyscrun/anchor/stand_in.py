@@ -127,7 +127,7 @@ def _serve(orders_fd: int, answers_fd: int) -> None:
                 os._exit(int(value) if value.isdigit() else _ORPHANED_STATUS)
             try:
                 if verb == "root":
-                    _isolate(value)
+                    isolate(value)
                 elif verb == "join":
                     _join(int(value), proc_fd)
                 else:
@@ -138,7 +138,7 @@ def _serve(orders_fd: int, answers_fd: int) -> None:
             os.write(answers_fd, f"{answer}\n".encode())
 
 
-def _isolate(rootfs: str) -> None:
+def isolate(rootfs: str) -> None:
     from pyscrun import linux
 
     flags = linux.CLONE_NEWNS | linux.CLONE_NEWNET | linux.CLONE_NEWUTS | linux.CLONE_NEWIPC

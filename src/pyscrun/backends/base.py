@@ -48,6 +48,12 @@ class Backend:
         once the job is queued (`queued` set; follow it with `advance`)."""
         raise NotImplementedError
 
+    def exec_command(self, site: Site, job_id: str, env: dict[str, str],
+                     ) -> tuple[list[str], dict[str, str]]:
+        """How to run `python -m pyscrun.node.exec_into` where task 0 of job_id runs,
+        with env (PYSCRUN_EXEC_*) beside what it needs: argv and environment."""
+        raise NotImplementedError
+
     def queue_fd(self, allocation: Allocation) -> int:
         """Readable when a queued job's fate may have changed."""
         raise NotImplementedError

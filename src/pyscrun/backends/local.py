@@ -68,6 +68,11 @@ class LocalBackend(Backend):
         finally:
             os._exit(code)
 
+    def exec_command(self, site: Site, job_id: str, env: dict[str, str],
+                     ) -> tuple[list[str], dict[str, str]]:
+        return ([sys.executable, "-m", "pyscrun.node.exec_into"],
+                {**os.environ, **env, "PYSCRUN_EXEC_SLURM_CONF": site.slurm_conf})
+
     def release(self, site: Site, allocation: Allocation) -> None:
         """Nothing is held beyond the agent, which is gone by now."""
 

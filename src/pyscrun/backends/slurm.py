@@ -102,6 +102,21 @@ class SlurmBackend(Backend):
         allocation.queued = not held.granted
         return allocation
 
+    def exec_command(self, site: Site, job_id: str, env: dict[str, str],
+                     ) -> tuple[list[str], dict[str, str]]:
+        """A step of the container's job beside its own (--overlap), on the job's first
+        node, where task 0 runs (srun places tasks in block order)."""
+        srun = site.oci.SrunPath or "srun"
+        if shutil.which(srun, path=os.environ.get("PATH")) is None:
+            raise BackendError(f"{srun} not found: install slurm-client")
+        argv = [srun, f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1",
+                "--job-name=scrun-exec", "--quiet", "--export=ALL", "--kill-on-bad-exit=0",
+                *site.oci.SrunArgs, "--", sys.executable, "-m", "pyscrun.node.exec_into"]
+        exec_env = _env(site, env)
+        exec_env.pop("SLURM_JOBID", None)
+        exec_env.pop("SLURM_STEP_ID", None)
+        return argv, exec_env
+
     def queue_fd(self, allocation: Allocation) -> int:
         assert isinstance(allocation.handle, HeldAllocation)
         return allocation.handle.fileno()

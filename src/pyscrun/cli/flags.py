@@ -151,11 +151,16 @@ VERBS = {
         Verb("ps", "pyscrun.cli.ps:ps", ("container-id",),
              flags=(Flag(("format", "f"), True, "table or json"),),
              help="list the processes of every task"),
-        *(
-            Verb(name, "", ("container-id",), help=f"{name} (not supported yet)",
-                 supported=False)
-            for name in ("exec", "events")
-        ),
+        Verb("exec", "pyscrun.cli.execute:execute", ("container-id",),
+             flags=(Flag(("process", "p"), True, "the OCI process to run, as JSON in a file"),
+                    Flag(("detach", "d"), help="return at once; --pid-file names the process"),
+                    Flag(("pid-file",), True, "file to write the exec session's pid to"),
+                    Flag(("tty", "t"), help="a terminal (not supported yet)"),
+                    Flag(("console-socket",), True, "AF_UNIX socket for the pty master"),
+                    Flag(("preserve-fds",), True, ignored=True)),
+             help="run a process in the running container (task 0)"),
+        Verb("events", "", ("container-id",), help="events (not supported yet)",
+             supported=False),
     )
 }
 

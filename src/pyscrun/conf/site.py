@@ -28,11 +28,12 @@ PYSCRUN_DEFAULTS = {
     "RunTimePause": "",
     "RunTimeResume": "",
     "RunTimeUpdate": "",
+    "RunTimeExec": "",
 }
 # The verb each is derived with, and what follows it before the container's name.
 _DERIVED = {"RunTimeCheckpoint": "checkpoint %@", "RunTimeRestore": "restore %@ --bundle %b",
             "RunTimePause": "pause", "RunTimeResume": "resume",
-            "RunTimeUpdate": "update --resources %@"}
+            "RunTimeUpdate": "update --resources %@", "RunTimeExec": "exec --process %@"}
 _PYSCRUN_KEYS = {name.lower(): name for name in PYSCRUN_DEFAULTS}
 
 
@@ -47,6 +48,7 @@ class PyscrunConf:
     RunTimePause: str
     RunTimeResume: str
     RunTimeUpdate: str
+    RunTimeExec: str
 
     def __init__(self, **values: str) -> None:
         for name, default in PYSCRUN_DEFAULTS.items():

@@ -39,6 +39,9 @@ class TaskIdentity:
         self.node = env.get("SLURMD_NODENAME") or socket.gethostname()
 
 
+EXEC_RECORD = "exec.json"
+
+
 def default_container_path() -> Path:
     if os.getuid() == 0:
         # Beside the default --root, not in it: a container named "tasks" is no task dir.
@@ -101,6 +104,9 @@ class Task:
             step_id=ident.step_id, task_id=ident.task_id, user_name=ident.user,
             uid=str(ident.uid), args=args,
         )
+        # What `scrun exec` needs to find this task's container (node/exec_into.py).
+        files[EXEC_RECORD] = json.dumps({name: getattr(values, name)
+                                         for name in values.__slots__}).encode()
         runtime_env = {k: v for k, v in self.env.items() if not k.startswith("PYSCRUN_AGENT_")}
         commands = RuntimeCommands(conf, values, self.dir, runtime_env, more_patterns)
         if planned is not None:

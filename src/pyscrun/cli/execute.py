@@ -1,0 +1,139 @@
+"""exec: a process in the running container (`podman exec`, docker's shim), on the node
+of its task 0.
+
+Like runc, exec runs the process in the foreground and exits with its status, or with
+--detach returns at once and leaves the pid in --pid-file to be waited for (conmon and
+containerd's shim do so, as subreapers). That pid is a process of pyscrun's: it starts
+node/exec_into.py where the task runs (through `srun --overlap` in the container's
+job), and then, like the container's stand-in, takes namespaces of its own and an
+empty root, so that nothing done through its pid reaches the host. It passes on
+the process's stdio and exits with its status. srun's word on a non-zero status
+("task 0: Exited with exit code N") is not the process's, and is left out of its
+stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+from pyscrun.cli.main import Context
+from pyscrun.errors import BundleError, InvalidState, NotSupported, UsageError
+from pyscrun.oci.state import PAUSED, RUNNING
+
+_SRUN_SAYS_EXIT = re.compile(rb"^srun: error: \S+: task \d+: Exited with exit code \d+\n?$")
+_SRUN_PREFIX = b"srun: error: "
+
+
+def execute(ctx: Context) -> int:
+    from pyscrun import backends
+    from pyscrun.anchor.store import write_atomic
+    from pyscrun.conf import site
+
+    process = _process(ctx.option("process"))
+    if ctx.flag("tty") or ctx.option("console_socket") or process.get("terminal"):
+        raise NotSupported("exec with a terminal is not supported yet")
+    state = ctx.store.load(ctx.container_id)
+    status = state.effective_status()
+    if status == PAUSED:
+        raise InvalidState("cannot exec in a paused container")  # runc's words
+    if status != RUNNING:
+        raise InvalidState("cannot exec in a stopped container")
+    the_site = site.load(ctx.slurm_conf)
+    argv, env = backends.get(state.backend).exec_command(
+        the_site, state.job_id, {"PYSCRUN_EXEC_JOB": state.job_id, "PYSCRUN_EXEC_TASK": "0",
+                                 "PYSCRUN_EXEC_PROCESS": json.dumps(process)})
+    pid = _fork_session(argv, env, filter_srun=state.backend == "slurm")
+    if ctx.option("pid_file"):
+        write_atomic(os.path.abspath(ctx.option("pid_file") or ""), str(pid).encode(), 0o644)
+    if ctx.flag("detach"):
+        return 0
+    _, wait_status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(wait_status) if os.WIFEXITED(wait_status) else 255
+
+
+def _process(path: str | None) -> dict[str, object]:
+    if not path:
+        raise UsageError("exec needs --process FILE (the OCI process, as podman and docker "
+                         "pass it)")
+    try:
+        with open(path, encoding="utf-8") as source:
+            process = json.load(source)
+    except (OSError, ValueError, RecursionError) as err:
+        raise BundleError(f"exec: cannot read the process in {path}: {err}") from None
+    args = process.get("args") if isinstance(process, dict) else None
+    if not (isinstance(args, list) and args and all(isinstance(a, str) for a in args)):
+        raise BundleError(f"exec: the process in {path} needs args, a list of strings")
+    return dict(process)
+
+
+def _fork_session(argv: list[str], env: dict[str, str], filter_srun: bool) -> int:
+    """The exec session's own process: it runs argv and exits with its status."""
+    read_fd, write_fd = os.pipe() if filter_srun else (-1, -1)
+    pid = os.fork()
+    if pid:
+        if read_fd >= 0:
+            os.close(read_fd)
+            os.close(write_fd)
+        return pid
+    code = 255
+    try:
+        child = os.fork()
+        if child == 0:
+            try:
+                if write_fd >= 0:
+                    os.dup2(write_fd, 2)
+                    os.close(write_fd)
+                    os.close(read_fd)
+                os.execve(argv[0], argv, env) if os.path.isabs(argv[0]) else os.execvpe(
+                    argv[0], argv, env)
+            finally:
+                os._exit(127)
+        if write_fd >= 0:
+            os.close(write_fd)
+        _isolate()
+        if read_fd >= 0:
+            _pass_stderr(read_fd)
+        _, wait_status = os.waitpid(child, 0)
+        code = (128 + os.WTERMSIG(wait_status) if os.WIFSIGNALED(wait_status)
+                else os.waitstatus_to_exitcode(wait_status))
+    finally:
+        os._exit(code)
+
+
+def _isolate() -> None:
+    """Namespaces of its own and an empty root, as the container's stand-in has."""
+    from pyscrun.anchor import stand_in
+
+    try:
+        stand_in.isolate("")
+    except OSError as err:
+        os.write(2, f"scrun: error: exec: cannot isolate the session: {err}\n".encode())
+        os._exit(255)
+
+
+def _pass_stderr(read_fd: int) -> None:
+    """srun's stderr on to ours, line by line, without its own word on the status."""
+    pending = b""
+    while chunk := os.read(read_fd, 65536):
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            if not _SRUN_SAYS_EXIT.match(line + b"\n"):
+                _write_all(2, line + b"\n")
+        # Only what may still become srun's line waits for its end.
+        if not _SRUN_PREFIX.startswith(pending[:len(_SRUN_PREFIX)]):
+            _write_all(2, pending)
+            pending = b""
+    if pending and not _SRUN_SAYS_EXIT.match(pending):
+        _write_all(2, pending)
+    os.close(read_fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    while data:
+        try:
+            data = data[os.write(fd, data):]
+        except OSError:
+            return

@@ -1,0 +1,87 @@
+"""A process run in a task's running container, on the task's node: what `scrun exec`
+starts there (a step of the job beside the container's, or, on the local backend, its
+child). It runs the runtime's own exec in the foreground, with the stdio it was given,
+and exits with the process's status.
+
+    PYSCRUN_EXEC_JOB      the container's job
+    PYSCRUN_EXEC_TASK     its task (0)
+    PYSCRUN_EXEC_PROCESS  the OCI process (JSON), as `runc exec --process` reads it
+    PYSCRUN_EXEC_SLURM_CONF  (local backend) the caller's slurm.conf, beside which the
+                          configuration is
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from pyscrun import log
+from pyscrun.conf import patterns, site
+from pyscrun.errors import ScrunError
+from pyscrun.node.runtime import RuntimeCommands
+from pyscrun.node.task import EXEC_RECORD, default_container_path
+
+# The status of an exec that could not run the process at all (runc's own).
+FAILED = 255
+# How long an exec waits for the task's container to run.
+RUNNING_WAIT = 60.0
+
+
+def task_record(container_path: Path, job: str, task: str) -> Path:
+    """The exec record of the task's container on this node (its agent writes it as
+    it prepares the task: right after `run -d`, it may still be on its way)."""
+    deadline = time.monotonic() + RUNNING_WAIT
+    while not (found := sorted(container_path.glob(f"oci-job{job}-*/task-{task}/{EXEC_RECORD}"))):
+        if time.monotonic() > deadline:
+            raise ScrunError(f"task {task} of job {job} runs no container on "
+                             f"{os.uname().nodename}")
+        time.sleep(0.05)
+    return found[0]
+
+
+def _await_running(commands: RuntimeCommands) -> None:
+    """An exec right after `run -d` may come before the runtime has made the container:
+    it waits for that (without RunTimeQuery, there is no asking)."""
+    if not commands.conf.RunTimeQuery:
+        return
+    deadline = time.monotonic() + RUNNING_WAIT
+    while not commands.running_pid():
+        if time.monotonic() > deadline:
+            raise ScrunError(f"the container did not run within {RUNNING_WAIT:.0f} s")
+        time.sleep(0.05)
+
+
+def run(env: dict[str, str]) -> int:
+    the_site = site.load(env.get("PYSCRUN_EXEC_SLURM_CONF") or env.get("SLURM_CONF")
+                         or site.DEFAULT_SLURM_CONF)
+    base = Path(the_site.oci.ContainerPath) if the_site.oci.ContainerPath else default_container_path()
+    record = task_record(base, env["PYSCRUN_EXEC_JOB"], env.get("PYSCRUN_EXEC_TASK", "0"))
+    values = patterns.PatternValues(**json.loads(record.read_text()))
+    process_file = record.parent / f"exec-{os.getpid()}.json"
+    process_file.write_text(env["PYSCRUN_EXEC_PROCESS"])
+    try:
+        runtime_env = {k: v for k, v in env.items() if not k.startswith("PYSCRUN_")}
+        commands = RuntimeCommands(the_site.oci, values, record.parent, runtime_env,
+                                   the_site.derived_commands())
+        commands.require("RunTimeExec")
+        _await_running(commands)
+        code = commands.spawn("RunTimeExec", [str(process_file)]).wait()
+        return 128 - code if code < 0 else code  # as a shell reports a death by signal
+    finally:
+        process_file.unlink(missing_ok=True)
+
+
+def main() -> None:
+    try:
+        code = run(dict(os.environ))
+    except (ScrunError, OSError, KeyError, ValueError) as err:
+        log.current.error(f"exec: {err}")
+        code = FAILED
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

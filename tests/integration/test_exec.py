@@ -1,0 +1,61 @@
+"""exec (podman exec): a process in the running container, on its task 0's node."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+from tests.integration.harness import IMAGE, Runtime, make_bundle, podman, wait_for
+
+
+def _running(runtime: Runtime, *options: str) -> str:
+    name = f"x{uuid.uuid4().hex[:8]}"
+    done = podman(runtime, "run", "-d", "--name", name, *options, IMAGE, "sleep", "1000")
+    assert done.returncode == 0, done.stderr
+    return name
+
+
+def test_podman_exec_runs_in_the_container_with_its_status_and_stdio(runtime: Runtime) -> None:
+    name = _running(runtime, "--uts=host")
+    try:
+        echoed = podman(runtime, "exec", name, "echo", "hi")
+        assert (echoed.returncode, echoed.stdout) == (0, b"hi\n"), echoed.stderr
+        failed = podman(runtime, "exec", name, "sh", "-c", "echo oops >&2; exit 5")
+        assert failed.returncode == 5
+        # The process's stderr, and nothing of srun's about its status.
+        assert failed.stderr == b"oops\n"
+        read = podman(runtime, "exec", "-i", name, "cat", input=b"data\n")
+        assert read.stdout == b"data\n", read.stderr
+        placed = podman(runtime, "exec", "-e", "X=42", "-w", "/tmp", name, "sh", "-c",
+                        "echo $X $(pwd)")
+        assert placed.stdout == b"42 /tmp\n", placed.stderr
+        # It runs where the container runs: in its file system and on its node.
+        assert podman(runtime, "exec", name, "cat", "/proc/1/cmdline").stdout == b"sleep\x001000\x00"
+    finally:
+        podman(runtime, "rm", "-f", "-t", "0", name)
+
+
+def test_exec_with_a_terminal_is_refused_in_one_line(runtime: Runtime) -> None:
+    name = _running(runtime)
+    try:
+        done = podman(runtime, "exec", "-t", name, "true")
+        assert done.returncode != 0
+        assert b"exec with a terminal is not supported yet" in done.stderr
+    finally:
+        podman(runtime, "rm", "-f", "-t", "0", name)
+
+
+def test_exec_into_a_container_that_is_not_running(local_runtime: Runtime, tmp_path: Path) -> None:
+    bundle = make_bundle(tmp_path, ["true"])
+    process = tmp_path / "process.json"
+    process.write_text(json.dumps({"args": ["true"], "cwd": "/"}))
+    assert local_runtime.scrun("create", "-b", str(bundle), "done").returncode == 0
+    assert local_runtime.scrun("start", "done").returncode == 0
+    wait_for(lambda: '"stopped"' in local_runtime.scrun("state", "done").stdout, 30, "stopped")
+    refused = local_runtime.scrun("exec", "--process", str(process), "done")
+    assert refused.returncode == 1
+    assert refused.stderr.strip() == "scrun: error: cannot exec in a stopped container"
+    missing = local_runtime.scrun("exec", "done")
+    assert missing.returncode == 2 and "exec needs --process" in missing.stderr
+    assert local_runtime.scrun("delete", "done").returncode == 0
