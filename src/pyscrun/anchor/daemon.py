@@ -32,6 +32,7 @@ from pyscrun.errors import InvalidState, ScrunError
 from pyscrun.node.criu import PROBE
 from pyscrun.oci.state import (
     CREATED,
+    PAUSED,
     RUNNING,
     STOPPED,
     ContainerState,
@@ -251,7 +252,7 @@ class Anchor(Orders):
         elif data == "stand-in":
             self.selector.unregister(key.fileobj)
             os.close(key.fd)
-            if self.exit_status is None and self.state.status in (CREATED, RUNNING):
+            if self.exit_status is None and self.state.status in (CREATED, RUNNING, PAUSED):
                 log.current.error("the container's stand-in was killed: ending the container")
                 self._kill(signal.SIGKILL)
         elif data == "step":
