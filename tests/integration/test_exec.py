@@ -57,5 +57,19 @@ def test_exec_into_a_container_that_is_not_running(local_runtime: Runtime, tmp_p
     assert refused.returncode == 1
     assert refused.stderr.strip() == "scrun: error: cannot exec in a stopped container"
     missing = local_runtime.scrun("exec", "done")
-    assert missing.returncode == 2 and "exec needs --process" in missing.stderr
+    assert missing.returncode == 2 and "exec needs a command, or --process" in missing.stderr
     assert local_runtime.scrun("delete", "done").returncode == 0
+
+
+def test_runc_style_exec_of_a_command(runtime: Runtime, tmp_path: Path) -> None:
+    """`scrun exec [-e NAME=VALUE] [--cwd DIR] ID CMD...`: the container's own process
+    running CMD, whose own flags stay its own."""
+    bundle = make_bundle(tmp_path, ["sleep", "1000"])
+    assert runtime.scrun("create", "-b", str(bundle), "rx").returncode == 0
+    try:
+        assert runtime.scrun("start", "rx").returncode == 0
+        done = runtime.scrun("exec", "-e", "X=42", "--cwd", "/tmp", "rx", "sh", "-c",
+                             "echo $X $(pwd); exit 3")
+        assert (done.returncode, done.stdout) == (3, "42 /tmp\n"), done.stderr
+    finally:
+        runtime.scrun("delete", "--force", "rx")

@@ -66,3 +66,13 @@ def test_every_signal_name_of_the_signal_module_and_only_those() -> None:
     for not_a_signal in ("SIG_DFL", "_DFL", "SIG_IGN", "SIG_BLOCK", "NSIG", "ITIMER_REAL"):
         with pytest.raises(UsageError):
             parse_signal(not_a_signal)
+
+
+def test_exec_takes_a_command_whose_flags_are_its_own() -> None:
+    parsed = parse(["exec", "-e", "A=1", "--env=B=2", "--cwd", "/x", "cid", "sh", "-c",
+                          "echo -e hi"])
+    assert parsed.args == {"container-id": "cid"}
+    assert parsed.options["env"] == ["A=1", "B=2"]
+    assert parsed.options["cwd"] == "/x"
+    assert parsed.options["command"] == ["sh", "-c", "echo -e hi"]
+    assert parse(["exec", "cid", "--", "ls", "-l"]).options["command"] == ["ls", "-l"]

@@ -31,10 +31,19 @@ def execute(ctx: Context) -> int:
     from pyscrun.anchor.store import write_atomic
     from pyscrun.conf import site
 
-    process = _process(ctx.option("process"))
+    state = ctx.store.load(ctx.container_id)
+    command = ctx.options.get("command")
+    process_file = ctx.option("process")
+    if process_file:
+        process = _process(process_file)
+    elif isinstance(command, list) and command:
+        process = _process_of_command(state.bundle, command, ctx.options.get("env"),
+                                      ctx.option("cwd"))
+    else:
+        raise UsageError("exec needs a command, or --process FILE (the OCI process, as "
+                         "podman and docker pass it)")
     if ctx.flag("tty") or ctx.option("console_socket") or process.get("terminal"):
         raise NotSupported("exec with a terminal is not supported yet")
-    state = ctx.store.load(ctx.container_id)
     status = state.effective_status()
     if status == PAUSED:
         raise InvalidState("cannot exec in a paused container")  # runc's words
@@ -53,10 +62,27 @@ def execute(ctx: Context) -> int:
     return os.waitstatus_to_exitcode(wait_status) if os.WIFEXITED(wait_status) else 255
 
 
-def _process(path: str | None) -> dict[str, object]:
-    if not path:
-        raise UsageError("exec needs --process FILE (the OCI process, as podman and docker "
-                         "pass it)")
+def _process_of_command(bundle: str, command: list[str], env: object,
+                        cwd: str | None) -> dict[str, object]:
+    """`runc exec ID CMD...`: the container's own process (user, env, cwd, ...) running
+    CMD, with -e's variables and --cwd."""
+    from pyscrun.oci import bundle as oci_bundle
+
+    process = dict(oci_bundle.load(bundle).config["process"])
+    process["args"] = list(command)
+    process["terminal"] = False
+    entries = [e for e in env if isinstance(e, str)] if isinstance(env, list) else []
+    if any("=" not in entry for entry in entries):
+        raise UsageError("exec: -e takes NAME=VALUE")
+    names = {entry.partition("=")[0] for entry in entries}
+    process["env"] = [e for e in process.get("env") or [] if e.partition("=")[0] not in names]
+    process["env"] += entries
+    if cwd:
+        process["cwd"] = cwd
+    return process
+
+
+def _process(path: str) -> dict[str, object]:
     try:
         with open(path, encoding="utf-8") as source:
             process = json.load(source)

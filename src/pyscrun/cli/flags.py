@@ -31,11 +31,15 @@ class Flag:
 class Verb:
     """A runc verb: its handler ("module:function"), positional args and flags."""
 
-    __slots__ = ("args", "flags", "handler", "help", "name", "optional_args", "supported")
+    __slots__ = ("args", "command", "flags", "handler", "help", "name", "optional_args",
+                 "supported")
 
     def __init__(self, name: str, handler: str, args: tuple[str, ...] = (),
                  optional_args: tuple[str, ...] = (), flags: tuple[Flag, ...] = (),
-                 help: str = "", supported: bool = True) -> None:
+                 help: str = "", supported: bool = True, command: bool = False) -> None:
+        # command: after its args come a command's own words (flags included), as
+        # with `runc exec ID sh -c ...`; the verb's flags go before them.
+        self.command = command
         self.name = name
         self.handler = handler
         self.args = args
@@ -157,8 +161,11 @@ VERBS = {
                     Flag(("pid-file",), True, "file to write the exec session's pid to"),
                     Flag(("tty", "t"), help="a terminal (not supported yet)"),
                     Flag(("console-socket",), True, "AF_UNIX socket for the pty master"),
+                    Flag(("env", "e"), True, "set an environment variable (repeatable)",
+                         repeat=True),
+                    Flag(("cwd",), True, "working directory of the process"),
                     Flag(("preserve-fds",), True, ignored=True)),
-             help="run a process in the running container (task 0)"),
+             help="run a process in the running container (task 0)", command=True),
         Verb("events", "", ("container-id",), help="events (not supported yet)",
              supported=False),
     )
@@ -223,7 +230,11 @@ def _take_flags(
                     raise UsageError(f"flag needs an argument: -{name}")
                 value = argv[pos]
                 pos += 1
-            options[flag.dest] = value
+            if flag.repeat:
+                options.setdefault(flag.dest, [])
+                options[flag.dest].append(value)  # type: ignore[attr-defined]
+            else:
+                options[flag.dest] = value
         elif flag.repeat:
             options[flag.dest] = int(options.get(flag.dest, 0)) + 1  # type: ignore[call-overload]
         else:
@@ -243,10 +254,15 @@ def parse(argv: list[str]) -> Parsed:
     if not verb.supported:
         return Parsed(verb, options)
     # Go's flag parsing stops at the first positional; runc's docker shim relies on
-    # flags before the id, but accepting them after it as well costs nothing.
-    _, positionals = _take_flags(
-        argv, pos + 1, (*verb.flags, Flag(("help", "h"))), options, stop_at_positional=False
-    )
+    # flags before the id, but accepting them after it as well costs nothing (except
+    # where a command follows the id: its words are its own).
+    end, positionals = _take_flags(
+        argv, pos + 1, (*verb.flags, Flag(("help", "h"))), options,
+        stop_at_positional=verb.command)
+    if verb.command and end < len(argv):
+        positionals = [argv[end]]
+        rest = argv[end + 1:]
+        options["command"] = rest[1:] if rest[:1] == ["--"] else rest
     if options.get("help"):
         return Parsed(verb, options)
     wanted = verb.args + verb.optional_args
