@@ -14,6 +14,7 @@ import shutil
 import time
 
 from pyscrun.anchor.store import write_atomic
+from pyscrun.anchor.task_orders import Answers
 from pyscrun.channel.files import TreeReceiver
 from pyscrun.node.criu import MANIFEST, PROBE, task_image_dir, task_work_dir
 
@@ -43,13 +44,12 @@ def remove_probe(probe: str) -> None:
         pass
 
 
-class CheckpointRound:
+class CheckpointRound(Answers):
     def __init__(self, order: dict[str, Any], tasks: dict[object, str]) -> None:
         """tasks: each agent's connection (any hashable) -> its task id."""
+        super().__init__(tasks)
         self.order = order
-        self.tasks = tasks
         self.stop_after = len(tasks) > 1 and not order.get("leave_running")
-        self.results: dict[object, str | None] = {}  # agent -> error (None: success)
         self.probe = place_probe(str(order["image_path"]))
 
     def order_for_agents(self) -> dict[str, Any]:
@@ -66,22 +66,6 @@ class CheckpointRound:
 
     def remove_probe(self) -> None:
         remove_probe(self.probe)
-
-    def record(self, agent: object, error: str | None) -> None:
-        if agent in self.tasks:
-            self.results[agent] = error
-
-    def lost(self, agent: object) -> None:
-        if agent in self.tasks and agent not in self.results:
-            self.results[agent] = "the node agent of the task went away"
-
-    @property
-    def complete(self) -> bool:
-        return len(self.results) == len(self.tasks)
-
-    @property
-    def errors(self) -> list[str]:
-        return [f"task {self.tasks[a]}: {e}" for a, e in self.results.items() if e]
 
     def discard_images(self) -> None:
         image_path = str(self.order["image_path"])

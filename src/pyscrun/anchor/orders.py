@@ -95,7 +95,7 @@ class Orders:
             self._give_waiting_orders()
         elif event == "ordered":
             if self.task_order is not None:
-                self.task_order.record(agent, message.get("error"), message.get("pids"))
+                self.task_order.answered(agent, message.get("error"), message.get("pids"))
             self._answer_task_order()
         elif event == "checkpointed":
             error = message.get("error")
@@ -174,8 +174,10 @@ class Orders:
         if errors:
             # All or nothing: the tasks that did it take it back.
             if order.rule.undo is not None:
-                for agent in order.succeeded():
-                    agent.send({"op": order.rule.undo})
+                done = order.succeeded()
+                for agent in self.agents.connected:
+                    if agent in done:
+                        agent.send({"op": order.rule.undo})
             order.client.send({"ok": False, "error": f"{order.op} failed: {'; '.join(errors)}"})
             return
         if order.rule.after is not None:

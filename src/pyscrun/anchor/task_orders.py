@@ -30,32 +30,46 @@ RULES = {
 }
 
 
-class TaskOrder:
-    """One order in progress: the agents it went to, and what each answered."""
+class Answers:
+    """What each agent an order went to answered (a checkpoint's, a pause's, ...): its
+    first answer counts; one whose connection closed answered with an error."""
 
-    def __init__(self, op: str, client: Connection, agents: list[AgentLink]) -> None:
-        self.op = op
-        self.rule = RULES[op]
-        self.client = client
-        self.agents = agents
-        self.results: dict[AgentLink, str | None] = {}  # agent -> error (None: done)
-        self.pids: list[int] = []  # what ps found, every task's
+    def __init__(self, tasks: dict[object, str]) -> None:
+        self.tasks = tasks  # each agent's connection (any hashable) -> its task id
+        self.results: dict[object, str | None] = {}  # agent -> error (None: done)
 
-    def record(self, agent: AgentLink, error: str | None, pids: list[int] | None = None) -> None:
-        if agent in self.agents and agent not in self.results:
-            self.results[agent] = error
-            self.pids += [p for p in pids or [] if isinstance(p, int) and not isinstance(p, bool)]
+    def record(self, agent: object, error: str | None) -> bool:
+        """False if agent is not one of the order's, or had answered already."""
+        if agent not in self.tasks or agent in self.results:
+            return False
+        self.results[agent] = error
+        return True
 
-    def lost(self, agent: AgentLink) -> None:
+    def lost(self, agent: object) -> None:
         self.record(agent, "the node agent of the task went away")
 
     @property
     def complete(self) -> bool:
-        return len(self.results) == len(self.agents)
+        return len(self.results) == len(self.tasks)
 
     @property
     def errors(self) -> list[str]:
-        return [f"task {agent.task}: {error}" for agent, error in self.results.items() if error]
+        return [f"task {self.tasks[a]}: {e}" for a, e in self.results.items() if e]
 
-    def succeeded(self) -> list[AgentLink]:
+    def succeeded(self) -> list[object]:
         return [agent for agent, error in self.results.items() if error is None]
+
+
+class TaskOrder(Answers):
+    """One order in progress: the agents it went to, and what each answered."""
+
+    def __init__(self, op: str, client: Connection, agents: list[AgentLink]) -> None:
+        super().__init__({agent: agent.task or "0" for agent in agents})
+        self.op = op
+        self.rule = RULES[op]
+        self.client = client
+        self.pids: list[int] = []  # what ps found, every task's
+
+    def answered(self, agent: object, error: str | None, pids: object = None) -> None:
+        if self.record(agent, error) and isinstance(pids, list):
+            self.pids += [p for p in pids if isinstance(p, int) and not isinstance(p, bool)]
