@@ -327,13 +327,12 @@ class Anchor(Orders):
             self.backend.advance(self.allocation)
             if self.allocation.queued:
                 return
-            self.selector.unregister(fd)
+            watch(self.selector, fd, 0, "queued")
             self.staging.stage_in(self.allocation)
             if self.state.status == RUNNING:
                 self._launch()
         except ScrunError as err:
-            if fd in self.selector.get_map():
-                self.selector.unregister(fd)
+            watch(self.selector, fd, 0, "queued")
             log.current.error(str(err))
             log.tell_caller(f"scrun: error: {err}")
             self.exit_status = 255

@@ -39,10 +39,12 @@ class CreateRequest:
 
 
 def write_all(fd: int, data: bytes) -> None:
-    try:
-        os.write(fd, data)
-    except OSError:
-        pass
+    """All of data to a blocking fd, or what it takes of it if its reader is gone."""
+    while data:
+        try:
+            data = data[os.write(fd, data):]
+        except OSError:
+            return
 
 
 def _open_fds() -> list[int]:

@@ -95,13 +95,7 @@ class HeldAllocation:
         if self.process.poll() is not None:
             return True
         self.process.send_signal(signal.SIGINT)
-        try:
-            self.process.wait(WITHDRAW_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-            return False
-        return True
+        return self._ended_within(WITHDRAW_TIMEOUT)
 
     def release(self) -> bool:
         """Give the job back; False if salloc did not end in time (then it is killed) or
@@ -110,13 +104,17 @@ class HeldAllocation:
             return self.withdraw()
         assert self.process.stdin is not None
         self.process.stdin.close()
+        return self._ended_within(RELEASE_TIMEOUT) and _UNRELEASED not in self._rest_of_stderr()
+
+    def _ended_within(self, timeout: float) -> bool:
+        """salloc ended by itself within timeout; else it is killed (False)."""
         try:
-            self.process.wait(RELEASE_TIMEOUT)
+            self.process.wait(timeout)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
             return False
-        return _UNRELEASED not in self._rest_of_stderr()
+        return True
 
     def _rest_of_stderr(self) -> bytes:
         """What salloc said after the grant (it has exited: no waiting for more)."""

@@ -18,9 +18,10 @@ import json
 import os
 import re
 
+from pyscrun.anchor.spawn import write_all
 from pyscrun.cli.main import Context
 from pyscrun.errors import BundleError, InvalidState, NotSupported, UsageError
-from pyscrun.oci.state import PAUSED, RUNNING
+from pyscrun.oci.state import PAUSED, RUNNING, shell_status
 
 _SRUN_SAYS_EXIT = re.compile(rb"^srun: error: \S+: task \d+: Exited with exit code \d+\n?$")
 _SRUN_PREFIX = b"srun: error: "
@@ -112,8 +113,7 @@ def _fork_session(argv: list[str], env: dict[str, str], filter_srun: bool) -> in
                     os.dup2(write_fd, 2)
                     os.close(write_fd)
                     os.close(read_fd)
-                os.execve(argv[0], argv, env) if os.path.isabs(argv[0]) else os.execvpe(
-                    argv[0], argv, env)
+                os.execvpe(argv[0], argv, env)
             finally:
                 os._exit(127)
         if write_fd >= 0:
@@ -121,9 +121,7 @@ def _fork_session(argv: list[str], env: dict[str, str], filter_srun: bool) -> in
         _isolate()
         if read_fd >= 0:
             _pass_stderr(read_fd)
-        _, wait_status = os.waitpid(child, 0)
-        code = (128 + os.WTERMSIG(wait_status) if os.WIFSIGNALED(wait_status)
-                else os.waitstatus_to_exitcode(wait_status))
+        code = shell_status(os.waitpid(child, 0)[1])
     finally:
         os._exit(code)
 
@@ -147,19 +145,12 @@ def _pass_stderr(read_fd: int) -> None:
         *lines, pending = pending.split(b"\n")
         for line in lines:
             if not _SRUN_SAYS_EXIT.match(line + b"\n"):
-                _write_all(2, line + b"\n")
+                write_all(2, line + b"\n")
         # Only what may still become srun's line waits for its end.
         if not _SRUN_PREFIX.startswith(pending[:len(_SRUN_PREFIX)]):
-            _write_all(2, pending)
+            write_all(2, pending)
             pending = b""
     if pending and not _SRUN_SAYS_EXIT.match(pending):
-        _write_all(2, pending)
+        write_all(2, pending)
     os.close(read_fd)
 
-
-def _write_all(fd: int, data: bytes) -> None:
-    while data:
-        try:
-            data = data[os.write(fd, data):]
-        except OSError:
-            return

@@ -45,10 +45,9 @@ def create_container(ctx: Context, restore: dict[str, Any] | None = None,
     from pyscrun.anchor.spawn import CreateRequest, start_anchor
     from pyscrun.conf import scrun_env, site
     from pyscrun.oci import bundle as oci_bundle
-
-    container_id = ctx.container_id
     from pyscrun.oci import refusals
 
+    container_id = ctx.container_id
     bundle = oci_bundle.load(ctx.option("bundle") or os.getcwd())
     refusals.check(bundle.config, bundle.rootfs)
     console_socket = ctx.option("console_socket")

@@ -104,8 +104,8 @@ class Site:
         return os.path.join(self.conf_dir, "scrun.lua")
 
     def derived_commands(self, criu: str = "") -> dict[str, str]:
-        """RunTimeCheckpoint, RunTimeRestore, RunTimePause, RunTimeResume: pyscrun.conf's,
-        else oci.conf's runtime as RunTimeDelete calls it (its own global options,
+        """Each runtime command of _DERIVED (checkpoint, restore, pause, resume, update,
+        exec): pyscrun.conf's, else oci.conf's runtime as RunTimeDelete calls it (its own global options,
         `--root` included: the container is only found where it was made) with the verb
         instead of delete, on the container name RunTimeDelete ends with. '' where
         neither file says (RunTimeDelete is not `RUNTIME [OPTIONS] delete ... NAME`).

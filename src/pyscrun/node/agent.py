@@ -72,15 +72,15 @@ class Agent:
         self.ended_by_itself = False
         self.guard: Guard | None = None
         self.ident = TaskIdentity(env)
-        # RunTimeCheckpoint and RunTimeRestore, given the criu the order names ('' for
-        # the runtime's own choice).
+        # The runtime commands of pyscrun.conf (RunTimeCheckpoint, RunTimePause, ...), given
+        # the criu an order names ('' for the runtime's own choice).
         self.derived_commands = derived_commands
         # The anchor learns when the container runs and its init's pid, when it asks
         # (an order waits for every task to run) or from the start (the local backend's
         # stand-in takes the container's namespaces): RunTimeQuery is asked until then.
         # A restore says so by itself.
-        self.running_unreported = (env.get("PYSCRUN_AGENT_RUNNING") == "report"
-                                   and not env.get("PYSCRUN_AGENT_RESTORE"))
+        self.running_wanted = (env.get("PYSCRUN_AGENT_RUNNING") == "report"
+                               and not env.get("PYSCRUN_AGENT_RESTORE"))
         self.running_reported = False
 
     # -- control channel -------------------------------------------------------------
@@ -143,7 +143,7 @@ class Agent:
                 elif op == "checkpoint":
                     self._checkpoint(message)
                 elif op == "report-running":
-                    self.running_unreported = not self.running_reported
+                    self.running_wanted = True
                 elif op == "ps":
                     self._send({"event": "ordered", "order": "ps", "error": None,
                                 "pids": self._processes()})
@@ -248,13 +248,15 @@ class Agent:
             return self.container_pid
         return self.runtime_pid
 
+    def _running_unreported(self) -> bool:
+        return self.running_wanted and not self.running_reported
+
     def _report_running(self) -> None:
-        if not self.running_unreported or self.commands is None:
+        if not self._running_unreported() or self.commands is None:
             return
         pid = self._container_init()
         if not pid:
             return
-        self.running_unreported = False
         self.running_reported = True
         # Without RunTimeQuery the runtime's own process is all there is to name.
         known = pid != self.runtime_pid
@@ -273,7 +275,7 @@ class Agent:
             while True:
                 # A signal that arrived before the container existed is retried soon,
                 # and the container's init looked for until it is found.
-                timeout = 0.05 if self.pending_signals or self.running_unreported else None
+                timeout = 0.05 if self.pending_signals or self._running_unreported() else None
                 for key, events in self.selector.select(timeout):
                     if key.data == "exit":
                         status, self.ended_by_itself = processes.wait_status(pid)
