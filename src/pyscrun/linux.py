@@ -99,6 +99,10 @@ def fork_in_new_pid_namespace() -> int:
     children stay in the caller's own namespace. Returns as os.fork() does."""
     own = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
     try:
+        # Coming back is allowed only with CAP_SYS_ADMIN over the namespace's owner,
+        # which a caller inside rootless podman's user namespace lacks: found out
+        # before anything is forked (PermissionError), never after.
+        setns(own, CLONE_NEWPID)
         unshare(CLONE_NEWPID)
         try:
             pid = os.fork()

@@ -14,7 +14,7 @@ import selectors
 import signal
 import time
 
-from pyscrun import backends, jsonc, log, selfpipe
+from pyscrun import backends, identity, jsonc, log, selfpipe
 from pyscrun.anchor import console
 from pyscrun.anchor.agent_port import AgentPort
 from pyscrun.anchor.agents import AgentLink, Agents
@@ -93,7 +93,7 @@ class Anchor(Orders):
             stand_in_start=process_start_time(self.stand_in.pid),
             created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             annotations=bundle.annotations, rootfs=bundle.rootfs,
-            owner=_user_name(), backend=self.backend.name,
+            owner=identity.user_name(), backend=self.backend.name,
         )
         self.staging = Staging(request, self.backend, self.state)
 
@@ -358,6 +358,10 @@ class Anchor(Orders):
             agent_env["PYSCRUN_AGENT_SLURM_CONF"] = self.site.slurm_conf
             # Its stand-in takes the container's namespaces as soon as it runs.
             agent_env["PYSCRUN_AGENT_RUNNING"] = "report"
+        else:
+            # An ordinary user's container runs on the node in the user namespace
+            # rootless podman gave it here.
+            agent_env["PYSCRUN_AGENT_USERNS"] = identity.namespace_maps()
         pass_stdio = self.backend.name == "slurm" and self.terminal_fd is None
         if pass_stdio:
             self.stdio = CallerStdio()
@@ -446,14 +450,6 @@ def _wait(pid: int) -> int:
         return 255
     return shell_status(status)
 
-
-def _user_name() -> str:
-    import pwd
-
-    try:
-        return pwd.getpwuid(os.getuid()).pw_name
-    except KeyError:
-        return str(os.getuid())
 
 
 def _detach_stdio() -> None:

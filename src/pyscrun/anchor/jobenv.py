@@ -2,22 +2,9 @@
 
 from __future__ import annotations
 
-import grp
-import os
-import pwd
-
-from pyscrun import OCI_VERSION
+from pyscrun import OCI_VERSION, identity
 
 _NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
-
-
-def _name(lookup: str, number: int) -> str:
-    try:
-        if lookup == "user":
-            return pwd.getpwuid(number).pw_name
-        return grp.getgrgid(number).gr_name
-    except KeyError:
-        return str(number)
 
 
 def output_env(
@@ -26,7 +13,7 @@ def output_env(
     config_file: str, root: str, rootfs: str, submission_rootfs: str,
     log_file: str | None, log_format: str, in_a_job: bool,
 ) -> dict[str, str]:
-    uid, gid = os.getuid(), os.getgid()
+    uid, gid = identity.real_uid(), identity.real_gid()
     env = {
         "SCRUN_OCI_VERSION": OCI_VERSION,
         "SCRUN_CONTAINER_ID": container_id,
@@ -37,9 +24,9 @@ def output_env(
         "SCRUN_SOCKET": socket,
         "SCRUN_SPOOL_DIR": spool_dir,
         "SCRUN_SUBMISSION_CONFIG_FILE": config_file,
-        "SCRUN_USER": _name("user", uid),
+        "SCRUN_USER": identity.user_name(uid),
         "SCRUN_USER_ID": str(uid),
-        "SCRUN_GROUP": _name("group", gid),
+        "SCRUN_GROUP": identity.group_name(gid),
         "SCRUN_GROUP_ID": str(gid),
         "SCRUN_ROOT": root,
         "SCRUN_ROOTFS_PATH": rootfs,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from pyscrun import log
+from pyscrun import identity, log
 from pyscrun.anchor import jobenv
 from pyscrun.anchor.spawn import CreateRequest
 from pyscrun.backends.base import Allocation, Backend
@@ -57,7 +57,7 @@ class Staging:
         staged = self.hooks.stage_in(
             state.id, state.bundle, self.request.store.spool_dir(state.id),
             self.request.bundle.config_path, _job_number(allocation.job_id),
-            os.getuid(), os.getgid(), job_env,
+            identity.real_uid(), identity.real_gid(), job_env,
         )
         self.bundle, self.rootfs = staged.bundle, staged.root_path
 
@@ -70,7 +70,7 @@ class Staging:
             self.hooks.stage_out(
                 state.id, self.bundle, state.bundle, self.rootfs, state.rootfs,
                 self.request.store.spool_dir(state.id), self.request.bundle.config_path,
-                _job_number(allocation.job_id), os.getuid(), os.getgid(),
+                _job_number(allocation.job_id), identity.real_uid(), identity.real_gid(),
             )
         except ScrunError as err:
             log.current.error(f"stage_out: {err}")

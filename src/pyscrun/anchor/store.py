@@ -22,7 +22,9 @@ def default_root(environ: dict[str, str] | os._Environ[str]) -> str:
     runtime_dir = environ.get("XDG_RUNTIME_DIR", "")
     if runtime_dir:
         return os.path.join(runtime_dir, "pyscrun")
-    uid = os.getuid()
+    from pyscrun import identity
+
+    uid = identity.real_uid()
     if uid == 0:
         return "/run/pyscrun"
     user_run = f"/run/user/{uid}"

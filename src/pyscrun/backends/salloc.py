@@ -15,7 +15,7 @@ import signal
 import subprocess
 import time
 
-from pyscrun import log
+from pyscrun import identity, log
 from pyscrun.errors import BackendError
 
 _GRANTED = re.compile(rb"Granted job allocation (\d+)")
@@ -45,7 +45,8 @@ class HeldAllocation:
         try:
             process = subprocess.Popen(
                 [*argv, "--", "cat"], env=env, stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                preexec_fn=identity.become_real_user)
         except FileNotFoundError:
             raise BackendError(f"{argv[0]} not found: install slurm-client") from None
         held = cls(process)

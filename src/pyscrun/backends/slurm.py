@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 
-from pyscrun import log
+from pyscrun import identity, log
 from pyscrun.anchor.console import make_controlling_terminal
 from pyscrun.backends.base import Allocation, Backend, LaunchRequest, Step
 from pyscrun.backends.salloc import HeldAllocation
@@ -52,7 +52,8 @@ def run_command(site: Site, argv: list[str], timeout: float = 60.0) -> subproces
     log.current.debug(f"slurm: {' '.join(argv)}")
     try:
         return subprocess.run(argv, env=_env(site), capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL, check=False)
+                              timeout=timeout, stdin=subprocess.DEVNULL, check=False,
+                              preexec_fn=identity.become_real_user)
     except FileNotFoundError:
         raise BackendError(f"{argv[0]} not found: install slurm-client") from None
     except subprocess.TimeoutExpired:
@@ -164,6 +165,7 @@ class SlurmBackend(Backend):
                 null = os.open(os.devnull, os.O_RDONLY)
                 os.dup2(null, 0)
                 os.close(null)
+            identity.become_real_user()
             os.execvpe(argv[0], argv, env)
         except OSError as err:
             # Where the container's errors go: the caller's stderr, and the log.
@@ -192,7 +194,8 @@ class SlurmBackend(Backend):
                 "--", "/bin/sh", "-c", script]
         log.current.debug(f"slurm: {' '.join(argv)}")
         done = subprocess.run(argv, env=_env(site), stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False,
+                              preexec_fn=identity.become_real_user)
         return done.returncode, done.stdout.decode(errors="replace")
 
     def cleanup_orphan(self, site: Site, state: ContainerState) -> None:

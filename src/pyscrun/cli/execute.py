@@ -18,6 +18,7 @@ import json
 import os
 import re
 
+from pyscrun import identity
 from pyscrun.anchor.spawn import write_all
 from pyscrun.cli.main import Context
 from pyscrun.errors import BundleError, InvalidState, NotSupported, UsageError
@@ -54,7 +55,7 @@ def execute(ctx: Context) -> int:
     argv, env = backends.get(state.backend).exec_command(
         the_site, state.job_id, {"PYSCRUN_EXEC_JOB": state.job_id, "PYSCRUN_EXEC_TASK": "0",
                                  "PYSCRUN_EXEC_PROCESS": json.dumps(process)})
-    pid = _fork_session(argv, env, filter_srun=state.backend == "slurm")
+    pid = _fork_session(argv, env, through_srun=state.backend == "slurm")
     if ctx.option("pid_file"):
         write_atomic(os.path.abspath(ctx.option("pid_file") or ""), str(pid).encode(), 0o644)
     if ctx.flag("detach"):
@@ -95,9 +96,9 @@ def _process(path: str) -> dict[str, object]:
     return dict(process)
 
 
-def _fork_session(argv: list[str], env: dict[str, str], filter_srun: bool) -> int:
+def _fork_session(argv: list[str], env: dict[str, str], through_srun: bool) -> int:
     """The exec session's own process: it runs argv and exits with its status."""
-    read_fd, write_fd = os.pipe() if filter_srun else (-1, -1)
+    read_fd, write_fd = os.pipe() if through_srun else (-1, -1)
     pid = os.fork()
     if pid:
         if read_fd >= 0:
@@ -113,6 +114,7 @@ def _fork_session(argv: list[str], env: dict[str, str], filter_srun: bool) -> in
                     os.dup2(write_fd, 2)
                     os.close(write_fd)
                     os.close(read_fd)
+                    identity.become_real_user()
                 os.execvpe(argv[0], argv, env)
             finally:
                 os._exit(127)

@@ -24,7 +24,7 @@ from pyscrun.channel import frames, peer, tcp
 from pyscrun.conf import site
 from pyscrun.conf.ociconf import OciConf
 from pyscrun.errors import RuntimeCommandError, ScrunError
-from pyscrun.node import criu, images, processes
+from pyscrun.node import criu, images, processes, userns
 from pyscrun.node.guard import Guard
 from pyscrun.node.runtime import RuntimeCommands, stop_and_delete
 from pyscrun.node.stdio import ContainerStdio
@@ -453,6 +453,7 @@ class Agent:
 def main(env: dict[str, str]) -> int:
     """Run one task; returns its exit status. Errors become a message and status 255."""
     try:
+        userns.enter_from(env)
         # The node's own configuration: beside the slurm.conf slurmstepd names in the
         # task's SLURM_CONF (the local backend names the caller's).
         the_site = site.load(env.get("PYSCRUN_AGENT_SLURM_CONF") or env.get("SLURM_CONF")

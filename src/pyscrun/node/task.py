@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 import shutil
 import socket
 from collections.abc import Callable
 from pathlib import Path
 
+from pyscrun import identity
 from pyscrun.conf import patterns
 from pyscrun.conf.ociconf import OciConf
 from pyscrun.node import rewrite
@@ -26,11 +26,8 @@ class TaskIdentity:
     __slots__ = ("bundle", "container_id", "job_id", "node", "step_id", "task_id", "uid", "user")
 
     def __init__(self, env: dict[str, str]) -> None:
-        self.uid = os.getuid()
-        try:
-            self.user = pwd.getpwuid(self.uid).pw_name
-        except KeyError:
-            self.user = str(self.uid)
+        self.uid = identity.real_uid()
+        self.user = identity.user_name(self.uid)
         self.container_id = env["PYSCRUN_AGENT_CONTAINER_ID"]
         self.bundle = Path(env["PYSCRUN_AGENT_BUNDLE"])
         self.job_id = env["PYSCRUN_AGENT_JOB_ID"]
@@ -43,13 +40,14 @@ EXEC_RECORD = "exec.json"
 
 
 def default_container_path() -> Path:
-    if os.getuid() == 0:
+    uid = identity.real_uid()
+    if uid == 0:
         # Beside the default --root, not in it: a container named "tasks" is no task dir.
         return Path("/run/pyscrun-tasks")
     runtime_dir = os.environ.get("XDG_RUNTIME_DIR")
     if runtime_dir:
         return Path(runtime_dir) / "pyscrun-tasks"
-    return Path(os.environ.get("TMPDIR") or "/tmp") / f"pyscrun-tasks-{os.getuid()}"
+    return Path(os.environ.get("TMPDIR") or "/tmp") / f"pyscrun-tasks-{uid}"
 
 
 def _job_env(env: dict[str, str]) -> dict[str, str]:

@@ -1,0 +1,82 @@
+"""The user namespace of rootless podman, made again on the compute node.
+
+Rootless podman ran scrun as uid 0 of a user namespace mapping 0 to the user and
+1..65536 to the user's subordinate ids; the container's rootfs is owned through that
+mapping. The agent gets the login side's maps (PYSCRUN_AGENT_USERNS) and, before
+anything else, enters a namespace with the same maps, as podman does (`newuidmap` and
+`newgidmap`, which check /etc/subuid and /etc/subgid), so the runtime runs the
+container there just as podman's runtime would have on the login host.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+from pyscrun.errors import ScrunError
+
+ENV = "PYSCRUN_AGENT_USERNS"
+_CLONE_NEWUSER = 0x10000000
+_TOOLS = ("newuidmap", "newgidmap")
+
+
+def enter_from(env: dict[str, str]) -> None:
+    """Enter the namespace env asks for; nothing where it asks for none."""
+    wanted = env.get(ENV, "")
+    if not wanted:
+        return
+    uid_map, _, gid_map = wanted.partition(";")
+    try:
+        with open("/proc/self/uid_map") as current:
+            if ",".join(" ".join(line.split()) for line in current if line.strip()) == uid_map:
+                return  # already there (an agent forked inside it)
+    except OSError:
+        pass
+    _enter(uid_map, gid_map)
+
+
+def _enter(uid_map: str, gid_map: str) -> None:
+    from pyscrun import linux
+
+    go_read, go_write = os.pipe()
+    said_read, said_write = os.pipe()
+    target = os.getpid()
+    helper = os.fork()
+    if helper == 0:
+        code = 1
+        try:
+            os.close(go_write)
+            os.close(said_read)
+            os.read(go_read, 1)  # the agent has made its namespace
+            code = _write_maps(target, uid_map, gid_map, said_write)
+        finally:
+            os._exit(code)
+    os.close(go_read)
+    os.close(said_write)
+    try:
+        linux.unshare(_CLONE_NEWUSER)
+    finally:
+        os.write(go_write, b"x")
+        os.close(go_write)
+        _, status = os.waitpid(helper, 0)
+        with os.fdopen(said_read, "rb") as said:
+            why = said.read().decode(errors="replace").strip()
+    if status != 0:
+        raise ScrunError(f"cannot give the container the user's subordinate ids on this node: "
+                         f"{why or 'newuidmap failed'} (an ordinary user needs ranges in "
+                         f"/etc/subuid and /etc/subgid, and package uidmap)")
+
+
+def _write_maps(target: int, uid_map: str, gid_map: str, said_fd: int) -> int:
+    for tool, wanted in zip(_TOOLS, (uid_map, gid_map), strict=True):
+        fields = [field for triple in wanted.split(",") for field in triple.split()]
+        try:
+            done = subprocess.run([tool, str(target), *fields], stdin=subprocess.DEVNULL,
+                                  capture_output=True, check=False)
+        except FileNotFoundError:
+            os.write(said_fd, f"{tool} not found".encode())
+            return 1
+        if done.returncode != 0:
+            os.write(said_fd, (done.stderr or done.stdout).strip()[-400:])
+            return 1
+    return 0
