@@ -76,6 +76,7 @@ main() {
     "$REPO/scripts/criu-setup.sh"
     "$REPO/scripts/docker-setup.sh"
     "$REPO/scripts/podman-setup.sh"
+    "$REPO/scripts/users-setup.sh"
 }
 
 main "$@"

@@ -16,7 +16,6 @@ import os
 
 UID_MAP = "/proc/self/uid_map"
 GID_MAP = "/proc/self/gid_map"
-_CLONE_NEWUSER = 0x10000000
 
 
 def _outside(map_path: str, inside: int) -> int:
@@ -87,7 +86,7 @@ def become_real_user() -> None:
         return
     from pyscrun import linux
 
-    linux.unshare(_CLONE_NEWUSER)
+    linux.unshare(linux.CLONE_NEWUSER)
     _write("/proc/self/uid_map", f"{outer_uid} {uid} 1\n")
     # Without CAP_SETGID over the parent namespace a gid map needs setgroups denied.
     _write("/proc/self/setgroups", "deny")

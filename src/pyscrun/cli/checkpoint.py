@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import os
 
-from pyscrun import log
+from pyscrun import identity, log
 from pyscrun.anchor import protocol
 from pyscrun.cli.main import Context
-from pyscrun.errors import BundleError, ScrunError, UsageError
+from pyscrun.errors import BundleError, NotSupported, ScrunError, UsageError
 from pyscrun.oci.state import RUNNING, STOPPED
 
 # Dumping a large container takes a while; podman itself waits without a limit.
@@ -16,6 +16,13 @@ CHECKPOINT_TIMEOUT = 900.0
 # Flags runc has that CRIU cannot honour here (no dirty-memory tracking, no page server).
 _ACCEPTED_ONLY = ("parent_path", "pre_dump", "lazy_pages", "page_server", "status_fd",
                   "lsm_profile", "lsm_mount_context", "no_subreaper", "no_pivot")
+
+
+def _for_root_only(verb: str) -> None:
+    """CRIU needs root, and runc refuses to checkpoint rootless containers."""
+    if not identity.is_root():
+        raise NotSupported(f"{verb} of an ordinary user's container is not supported: CRIU "
+                           "needs root (runc refuses to checkpoint rootless containers)")
 
 
 def _criu_order(ctx: Context, default_image: str) -> dict[str, object]:
@@ -56,6 +63,7 @@ def _criu_path(ctx: Context, criu: str) -> str:
 def checkpoint(ctx: Context) -> int:
     from pyscrun.cli.lifecycle import load_for
 
+    _for_root_only("checkpoint")
     order = _criu_order(ctx, "checkpoint")
     store, state = load_for(ctx, "checkpoint", RUNNING)
     order.update(op="checkpoint", leave_running=ctx.flag("leave_running"))
@@ -95,6 +103,7 @@ def checkpointed_tasks(image_path: str) -> int:
 def restore(ctx: Context) -> int:
     from pyscrun.cli.lifecycle import create_container
 
+    _for_root_only("restore")
     order = _criu_order(ctx, "checkpoint")
     order["tasks"] = checkpointed_tasks(str(order["image_path"]))
     store = ctx.store

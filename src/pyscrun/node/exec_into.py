@@ -54,12 +54,29 @@ def _await_running(commands: RuntimeCommands) -> None:
         time.sleep(0.05)
 
 
+def _join_user_namespace(agent: int) -> None:
+    """An ordinary user's container runs in the user namespace its agent made (like
+    rootless podman's): the runtime reaches it only from inside."""
+    theirs = f"/proc/{agent}/ns/user"
+    if os.stat(theirs).st_ino == os.stat("/proc/self/ns/user").st_ino:
+        return
+    from pyscrun import linux
+
+    fd = os.open(theirs, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        linux.setns(fd, linux.CLONE_NEWUSER)
+    finally:
+        os.close(fd)
+
+
 def run(env: dict[str, str]) -> int:
     the_site = site.load(env.get("PYSCRUN_EXEC_SLURM_CONF") or env.get("SLURM_CONF")
                          or site.DEFAULT_SLURM_CONF)
     base = Path(the_site.oci.ContainerPath) if the_site.oci.ContainerPath else default_container_path()
     record = task_record(base, env["PYSCRUN_EXEC_JOB"], env.get("PYSCRUN_EXEC_TASK", "0"))
-    values = patterns.PatternValues(**json.loads(record.read_text()))
+    recorded = json.loads(record.read_text())
+    _join_user_namespace(int(recorded["agent"]))
+    values = patterns.PatternValues(**recorded["patterns"])
     process_file = record.parent / f"exec-{os.getpid()}.json"
     process_file.write_text(env["PYSCRUN_EXEC_PROCESS"])
     try:

@@ -102,9 +102,11 @@ class Task:
             step_id=ident.step_id, task_id=ident.task_id, user_name=ident.user,
             uid=str(ident.uid), args=args,
         )
-        # What `scrun exec` needs to find this task's container (node/exec_into.py).
-        files[EXEC_RECORD] = json.dumps({name: getattr(values, name)
-                                         for name in values.__slots__}).encode()
+        # What `scrun exec` needs to find this task's container (node/exec_into.py):
+        # the runtime's patterns, and a process in the user namespace it runs in.
+        files[EXEC_RECORD] = json.dumps({
+            "patterns": {name: getattr(values, name) for name in values.__slots__},
+            "agent": os.getpid()}).encode()
         runtime_env = {k: v for k, v in self.env.items() if not k.startswith("PYSCRUN_AGENT_")}
         commands = RuntimeCommands(conf, values, self.dir, runtime_env, more_patterns)
         if planned is not None:

@@ -16,7 +16,6 @@ import subprocess
 from pyscrun.errors import ScrunError
 
 ENV = "PYSCRUN_AGENT_USERNS"
-_CLONE_NEWUSER = 0x10000000
 _TOOLS = ("newuidmap", "newgidmap")
 
 
@@ -54,7 +53,7 @@ def _enter(uid_map: str, gid_map: str) -> None:
     os.close(go_read)
     os.close(said_write)
     try:
-        linux.unshare(_CLONE_NEWUSER)
+        linux.unshare(linux.CLONE_NEWUSER)
     finally:
         os.write(go_write, b"x")
         os.close(go_write)

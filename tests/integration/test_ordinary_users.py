@@ -1,0 +1,207 @@
+"""Ordinary users: rootless podman pointed at scrun, through Slurm on the cluster of
+separate machines and on the local backend, as the user and nobody else.
+
+podman runs scrun as uid 0 of its user namespace; the jobs, the files and the
+processes must all be the real user's, and a second user must reach none of them.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.harness import IMAGE, Cluster, require, slurm, wait_for
+from tests.integration.users import (
+    OTHER_USER,
+    USER,
+    User,
+    UserLeakCheck,
+    checkout_reachable,
+    make_user,
+)
+
+NODES = 3
+
+
+@pytest.fixture
+def slurm_user(cluster: Cluster) -> Iterator[User]:
+    user = make_user(USER, cluster.up(NODES))
+    checkout_reachable(user)
+    leaks = UserLeakCheck(user)
+    yield user
+    leaks.check()
+
+
+@pytest.fixture
+def local_user() -> Iterator[User]:
+    user = make_user(USER, None)
+    checkout_reachable(user)
+    leaks = UserLeakCheck(user)
+    yield user
+    leaks.check()
+
+
+@pytest.fixture(params=["slurm", "local"])
+def any_user(request: pytest.FixtureRequest) -> User:
+    return request.getfixturevalue(f"{request.param}_user")  # type: ignore[no-any-return]
+
+
+def test_output_exit_code_and_stdin(any_user: User) -> None:
+    assert any_user.podman_ok("run", "--rm", IMAGE, "echo", "hi") == "hi"
+    done = any_user.podman("run", "--rm", IMAGE, "sh", "-c", "exit 3")
+    assert done.returncode == 3, done.stderr.decode()
+    done = any_user.podman("run", "--rm", "-i", IMAGE, "cat", input=b"through stdin\n")
+    assert (done.returncode, done.stdout) == (0, b"through stdin\n"), done.stderr.decode()
+
+
+def test_the_container_runs_as_the_users_own_job_on_a_node(slurm_user: User) -> None:
+    cid = slurm_user.podman_ok("run", "-d", "--uts=host", IMAGE, "sh", "-c",
+                               "hostname; id -u; echo $SLURM_JOB_ID; sleep 60")
+    try:
+        wait_for(lambda: len(slurm_user.podman_ok("logs", cid).split()) == 3, 60, "its output")
+        node, uid_inside, job = slurm_user.podman_ok("logs", cid).split()
+        assert node.startswith("n"), node
+        # podman's mapping, made again on the node: root inside is the user outside.
+        assert uid_inside == "0"
+        shown = slurm(slurm_user.slurm_conf, "scontrol", "show", "job", job)  # type: ignore[arg-type]
+        assert f"UserId={USER}({slurm_user.uid})" in shown.stdout, shown.stdout
+        assert f"NodeList={node}" in shown.stdout
+        started = time.monotonic()
+        slurm_user.podman_ok("stop", "-t", "2", cid)
+        assert time.monotonic() - started < 30
+    finally:
+        slurm_user.podman("rm", "-f", cid)
+
+
+def test_files_the_container_writes_belong_to_the_user(slurm_user: User) -> None:
+    out = slurm_user.base / "out"
+    out.mkdir()
+    subprocess.run(["chown", f"{slurm_user.uid}:{slurm_user.gid}", str(out)], check=True)
+    slurm_user.podman_ok("run", "--rm", "-v", f"{out}:/out", IMAGE, "touch", "/out/made")
+    assert (out / "made").stat().st_uid == slurm_user.uid
+
+
+def test_three_nodes_three_tasks(slurm_user: User) -> None:
+    names = slurm_user.podman_ok("run", "--rm", "--uts=host", "-e", "SCRUN_JOB_NUM_NODES=3",
+                                 "-e", "SCRUN_NTASKS=3", IMAGE, "hostname").split()
+    assert sorted(names) == ["n1", "n2", "n3"]
+
+
+def test_exec_into_a_container_on_its_node(slurm_user: User) -> None:
+    cid = slurm_user.podman_ok("run", "-d", IMAGE, "sleep", "60")
+    try:
+        assert slurm_user.podman_ok("exec", cid, "echo", "inside") == "inside"
+        done = slurm_user.podman("exec", cid, "sh", "-c", "exit 5")
+        assert done.returncode == 5, done.stderr.decode()
+    finally:
+        slurm_user.podman("rm", "-f", "-t", "0", cid)
+
+
+def test_a_container_in_the_users_own_allocation(slurm_user: User) -> None:
+    """`SLURM_JOB_ID` of an salloc of the user's: the container is a step of that job."""
+    script = (f"podman --runtime {slurm_user.wrapper} run --rm -e SLURM_JOB_ID=$SLURM_JOB_ID "
+              f"{IMAGE} sh -c 'echo job=$SLURM_JOB_ID'; echo outer=$SLURM_JOB_ID")
+    done = slurm_user.run("salloc", "-N1", "--", "sh", "-c", script)
+    said = done.stdout.decode()
+    assert done.returncode == 0, (said, done.stderr.decode(), slurm_user.log_tail())
+    inner = [line.split("=")[1] for line in said.split() if line.startswith("job=")]
+    outer = [line.split("=")[1] for line in said.split() if line.startswith("outer=")]
+    assert inner and inner == outer, said
+
+
+def test_interactive_terminal_under_tmux(slurm_user: User) -> None:
+    require("tmux", "tmux")
+    session = f"pyscrun-{uuid.uuid4().hex[:8]}"
+    result = slurm_user.base / "result"
+    command = shlex.join(slurm_user.command(["sh", "-c", (
+        f"podman --runtime {slurm_user.wrapper} run -it --rm {IMAGE} sh; echo $? > {result}")]))
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "100", "-y", "30",
+                    command], check=True)
+
+    def screen() -> str:
+        return subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True,
+                              text=True, check=False).stdout
+
+    try:
+        wait_for(lambda: "#" in screen(), 60, "the container's prompt")
+        subprocess.run(["tmux", "send-keys", "-t", session, "echo typed$((40+2)); stty size",
+                        "Enter"], check=True)
+        wait_for(lambda: "30 100" in screen(), 20, f"stty size in\n{screen()}")
+        assert "typed42" in screen()
+        subprocess.run(["tmux", "send-keys", "-t", session, "exit 4", "Enter"], check=True)
+        wait_for(result.exists, 30, "the exit status")
+        assert result.read_text().strip() == "4"
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True, check=False)
+
+
+def test_detached_container_stop_kill_and_rm(any_user: User) -> None:
+    first = any_user.podman_ok("run", "-d", IMAGE, "sleep", "60")
+    second = any_user.podman_ok("run", "-d", IMAGE, "sleep", "60")
+    any_user.podman_ok("stop", "-t", "1", first)
+    any_user.podman_ok("kill", second)
+    any_user.podman_ok("rm", "-f", first, second)
+    left = any_user.podman_ok("ps", "-a", "--no-trunc", "--format", "{{.ID}}").split()
+    assert first not in left and second not in left
+
+
+def test_checkpoint_of_an_ordinary_users_container_says_why_not(local_user: User) -> None:
+    cid = local_user.podman_ok("run", "-d", IMAGE, "sleep", "60")
+    try:
+        done = local_user.run(str(local_user.wrapper), "checkpoint", "--image-path",
+                              str(local_user.base / "images"), cid)
+        said = done.stderr.decode().strip()
+        assert done.returncode != 0
+        assert len(said.splitlines()) == 1 and "ordinary user" in said, said
+        assert local_user.podman_ok("inspect", "-f", "{{.State.Status}}", cid) == "running"
+    finally:
+        local_user.podman("rm", "-f", "-t", "0", cid)
+
+
+def test_another_user_can_neither_see_nor_touch_the_containers(any_user: User) -> None:
+    cid = any_user.podman_ok("run", "-d", IMAGE, "sleep", "60")
+    other = User(OTHER_USER, any_user.base / "other", any_user.slurm_conf)
+    try:
+        root = any_user.runtime_dir / "pyscrun"
+        state = json.loads(any_user.run(str(any_user.wrapper), "state", cid).stdout)
+        assert state["status"] == "running"
+        for verb in (["list"], ["state", cid], ["kill", cid, "KILL"], ["delete", "--force", cid]):
+            done = other.run(str(other.wrapper), "--root", str(root), *verb)
+            said = done.stderr.decode().strip()
+            assert done.returncode != 0, (verb, done.stdout)
+            assert len(said.splitlines()) == 1, said
+        # The control socket refuses a stranger even when it is reached by path.
+        socket_path = root / cid / "ctl"
+        probe = ("import socket,sys; s=socket.socket(socket.AF_UNIX); "
+                 f"s.connect({str(socket_path)!r}); s.sendall(b'{{\"op\":\"kill\",\"signal\":9}}\\n');"
+                 "print(s.recv(100))")
+        other.run("python3", "-c", probe)
+        assert other.run("podman", "ps", "-aq").stdout.strip() == b""
+        assert any_user.podman_ok("inspect", "-f", "{{.State.Status}}", cid) == "running"
+    finally:
+        any_user.podman("rm", "-f", "-t", "0", cid)
+
+
+def test_a_user_without_subordinate_ids_is_told_what_to_fix(slurm_user: User,
+                                                            tmp_path: Path) -> None:
+    """The node makes podman's mapping again with newuidmap, which checks /etc/subuid: a
+    range taken away after podman set up its namespace is refused there, in one line."""
+    cid = slurm_user.podman_ok("create", IMAGE, "true")
+    saved = Path("/etc/subuid").read_text()
+    try:
+        Path("/etc/subuid").write_text("".join(
+            line for line in saved.splitlines(keepends=True) if not line.startswith(f"{USER}:")))
+        done = slurm_user.podman("start", "-a", cid)
+        said = done.stderr.decode()
+        assert done.returncode != 0
+        assert "/etc/subuid" in said, said
+    finally:
+        Path("/etc/subuid").write_text(saved)
+        slurm_user.podman("rm", "-f", cid)

@@ -1,0 +1,187 @@
+"""Ordinary users for the integration tests: rootless podman as `make setup` configures
+it for them (scripts/users-setup.sh), driving scrun with its defaults, as a user would.
+
+Nothing here fakes a component: the users are real accounts, podman runs as them in
+its own user namespace, and what they leave behind is looked for on every machine.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.integration.harness import (
+    REPO,
+    SCRUN,
+    machine_path,
+    machines,
+    on_machine,
+    require,
+    slurm_jobs,
+    write_node_conf,
+)
+
+USER = "pyscrun-user"
+OTHER_USER = "pyscrun-user2"
+USER_TMP = Path("/srv/pyscrun-tmp/users")
+
+
+def account(name: str) -> pwd.struct_passwd:
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        pytest.fail(f"test user {name} is missing: run `make setup` (scripts/users-setup.sh)")
+
+
+class User:
+    """One ordinary user with scrun as podman's runtime: a wrapper naming the
+    configuration (podman passes the runtime no environment of use) and a log."""
+
+    def __init__(self, name: str, base: Path, slurm_conf: Path | None) -> None:
+        self.name = name
+        entry = account(name)
+        self.uid, self.gid, self.home = entry.pw_uid, entry.pw_gid, Path(entry.pw_dir)
+        self.runtime_dir = Path(f"/run/user/{self.uid}")
+        self.base = base
+        self.slurm_conf = slurm_conf
+        self.conf_dir = base / "etc"
+        self.conf_dir.mkdir(parents=True)
+        if slurm_conf is not None:
+            (self.conf_dir / "slurm.conf").symlink_to(slurm_conf)
+            for name_ in ("oci.conf", "pyscrun.conf"):
+                write_node_conf(slurm_conf, name_, None)
+        self.log = base / "scrun.log"
+        self.wrapper = base / "scrun"
+        self.wrapper.write_text(f"#!/bin/sh\nexec {SCRUN} -f {self.conf_dir / 'slurm.conf'}"
+                                f" --log {self.log} \"$@\"\n")
+        self.wrapper.chmod(0o755)
+        for path in (base, self.conf_dir):
+            os.chown(path, self.uid, self.gid)
+
+    def env(self) -> dict[str, str]:
+        return {"PATH": "/usr/bin:/bin", "HOME": str(self.home), "USER": self.name,
+                "XDG_RUNTIME_DIR": str(self.runtime_dir),
+                "PODMAN_IGNORE_CGROUPSV1_WARNING": "1",
+                **({"SLURM_CONF": str(self.slurm_conf)} if self.slurm_conf else {})}
+
+    def command(self, argv: list[str]) -> list[str]:
+        env = [f"{k}={v}" for k, v in self.env().items()]
+        return ["runuser", "-u", self.name, "--", "env", "-i", *env, *argv]
+
+    def run(self, *argv: str, input: bytes | None = None, timeout: float = 120,
+            ) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(self.command(list(argv)), input=input, capture_output=True,
+                              timeout=timeout, cwd="/", check=False)
+
+    def podman(self, *args: str, input: bytes | None = None, timeout: float = 120,
+               ) -> subprocess.CompletedProcess[bytes]:
+        require("podman", "podman")
+        return self.run("podman", "--runtime", str(self.wrapper), *args, input=input,
+                        timeout=timeout)
+
+    def podman_ok(self, *args: str) -> str:
+        done = self.podman(*args)
+        assert done.returncode == 0, (done.stderr.decode(errors="replace"), self.log_tail())
+        return done.stdout.decode().strip()
+
+    def log_tail(self) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-15:])
+        except FileNotFoundError:
+            return ""
+
+
+def make_user(name: str, slurm_conf: Path | None) -> User:
+    require("runuser", "util-linux")
+    USER_TMP.mkdir(mode=0o755, parents=True, exist_ok=True)
+    base = USER_TMP / f"{name}-{uuid.uuid4().hex[:10]}"
+    base.mkdir(mode=0o755)
+    return User(name, base, slurm_conf)
+
+
+class UserLeakCheck:
+    """What a user's test leaves behind on the login side and every node: the user's
+    processes (rootless podman's own pause process aside), spool dirs, runc
+    containers, task dirs, and Slurm jobs."""
+
+    def __init__(self, user: User) -> None:
+        self.user = user
+        self.before = self._snapshot()
+
+    def _processes(self, machine: int) -> set[str]:
+        proc = machine_path(machine, "/proc")
+        found = set()
+        for entry in proc.iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                if entry.stat().st_uid != self.user.uid:
+                    continue
+                stat = (entry / "stat").read_text()
+                cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if stat.rsplit(")", 1)[1].split()[0] in ("Z", "X") or "catatonit" in cmdline:
+                continue
+            if cmdline.startswith("podman") and "pause" in cmdline:
+                continue
+            found.add(f"{machine}:{entry.name}: {cmdline.strip()}")
+        return found
+
+    def _snapshot(self) -> dict[str, set[str]]:
+        found: dict[str, set[str]] = {"processes": set(), "spool dirs": set(),
+                                      "runc state dirs": set(), "task dirs": set()}
+        spool = self.user.runtime_dir / "pyscrun"
+        found["spool dirs"] = {p.name for p in spool.iterdir()} if spool.is_dir() else set()
+        for machine in machines(self.user.slurm_conf):
+            found["processes"] |= self._processes(machine)
+            for what, sub in (("runc state dirs", "runc"), ("task dirs", "pyscrun-tasks")):
+                path = machine_path(machine, f"{self.user.runtime_dir}/{sub}")
+                if path.is_dir():
+                    found[what] |= {f"{machine}:{p.name}" for p in path.iterdir()}
+        if self.user.slurm_conf is not None:
+            found["slurm jobs"] = slurm_jobs(self.user.slurm_conf)
+        return found
+
+    def check(self, timeout: float = 15.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            now = self._snapshot()
+            left = {what: sorted(now[what] - self.before.get(what, set()))
+                    for what in now if now[what] - self.before.get(what, set())}
+            if not left:
+                return
+            if time.monotonic() > deadline:
+                self._clean(left)
+                pytest.fail(f"{self.user.name} left behind: {left}")
+            time.sleep(0.2)
+
+    def _clean(self, left: dict[str, list[str]]) -> None:
+        self.user.run("podman", "rm", "-af", "-t", "0")
+        for line in left.get("processes", []):
+            machine, pid = line.split(":", 2)[:2]
+            subprocess.run(on_machine(int(machine), ["kill", "-9", pid]), check=False,
+                           capture_output=True)
+        for job in left.get("slurm jobs", []):
+            self.user.run("scancel", job.split()[0])
+        for what in ("task dirs", "runc state dirs"):
+            for entry in left.get(what, []):
+                machine, name = entry.split(":", 1)
+                sub = "runc" if what == "runc state dirs" else "pyscrun-tasks"
+                shutil.rmtree(machine_path(int(machine), f"{self.user.runtime_dir}/{sub}/{name}"),
+                              ignore_errors=True)
+
+
+def checkout_reachable(user: User) -> None:
+    """The users run the checkout's scrun: say how to fix it when they cannot."""
+    done = user.run("test", "-x", str(SCRUN))
+    if done.returncode != 0:
+        pytest.fail(f"{user.name} cannot run {SCRUN}: run `make setup` (scripts/users-setup.sh "
+                    f"lets others traverse the directories above {REPO})")
