@@ -34,12 +34,6 @@ if [[ -n $carried ]]; then
 fi
 
 mkdir -p /run/munge /run/lock /var/spool/slurmd /var/lib/munge /var/log/munge
-# A runtime dir for every user who runs containers (has subordinate ids), as a
-# node's login manager makes one.
-while IFS=: read -r user _; do
-    uid="$(id -u "$user" 2>/dev/null)" || continue
-    install -d -m 700 -o "$uid" -g "$(id -g "$user")" "/run/user/$uid"
-done </etc/subuid
 if id -u munge >/dev/null 2>&1; then
     chown munge: /run/munge /var/lib/munge /var/log/munge
     chmod 755 /run/munge

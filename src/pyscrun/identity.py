@@ -64,6 +64,19 @@ def group_name(gid: int | None = None) -> str:
         return str(number)
 
 
+def private_dir(path: str) -> bool:
+    """path is a directory of this user's that nobody else may enter (as a runtime dir
+    must be); uids compare within this namespace."""
+    import stat
+
+    try:
+        info = os.lstat(path) if path else None
+    except OSError:
+        return False
+    return (info is not None and stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
+            and not info.st_mode & 0o077)
+
+
 def namespace_maps() -> str:
     """This user namespace's uid and gid maps, `UIDMAP;GIDMAP`, each a comma list of
     `inside outside count`; empty outside any user namespace of an ordinary user."""
@@ -86,11 +99,16 @@ def become_real_user() -> None:
         return
     from pyscrun import linux
 
-    linux.unshare(linux.CLONE_NEWUSER)
-    _write("/proc/self/uid_map", f"{outer_uid} {uid} 1\n")
-    # Without CAP_SETGID over the parent namespace a gid map needs setgroups denied.
-    _write("/proc/self/setgroups", "deny")
-    _write("/proc/self/gid_map", f"{outer_gid} {gid} 1\n")
+    try:
+        linux.unshare(linux.CLONE_NEWUSER)
+        _write("/proc/self/uid_map", f"{outer_uid} {uid} 1\n")
+        # Without CAP_SETGID over the parent namespace a gid map needs setgroups denied.
+        _write("/proc/self/setgroups", "deny")
+        _write("/proc/self/gid_map", f"{outer_gid} {gid} 1\n")
+    except OSError as err:
+        # Said where the command's own errors go; Slurm then refuses the request itself.
+        os.write(2, f"error: cannot act as uid {outer_uid} towards Slurm from this user "
+                    f"namespace: {err.strerror}\n".encode())
 
 
 def _write(path: str, text: str) -> None:

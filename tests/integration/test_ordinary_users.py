@@ -205,3 +205,33 @@ def test_a_user_without_subordinate_ids_is_told_what_to_fix(slurm_user: User,
     finally:
         Path("/etc/subuid").write_text(saved)
         slurm_user.podman("rm", "-f", cid)
+
+
+def test_an_unusable_runtime_dir_is_one_line_naming_the_fix(local_user: User) -> None:
+    """XDG_RUNTIME_DIR that is not the user's alone (here /tmp) is refused before
+    anything is made."""
+    done = local_user.run(str(local_user.wrapper), "list", env={"XDG_RUNTIME_DIR": "/tmp"})
+    said = done.stderr.decode().strip()
+    assert done.returncode != 0
+    assert len(said.splitlines()) == 1 and "XDG_RUNTIME_DIR=/tmp" in said, said
+    assert "mode 0700" in said
+    assert not Path("/tmp/pyscrun").exists()
+
+
+
+def test_man_page_rsync_example_for_an_ordinary_user(slurm_user: User) -> None:
+    """The man page's scrun.lua, its scratch path on the cluster file system: it stages
+    the rootfs and config.json as the user and maps the user onto the container's root
+    (the runtime then makes that namespace itself, as under Slurm's scrun)."""
+    from tests.unit.test_lua_example import with_scratch_path
+
+    scratch = slurm_user.base / "scratch"
+    (slurm_user.conf_dir / "scrun.lua").write_text(with_scratch_path(scratch))
+    said = slurm_user.podman_ok("run", "--rm", "--uts=host", IMAGE, "sh", "-c",
+                                "echo staged on $(hostname) as $(id -u); "
+                                "awk '$5 == \"/\" {print $4}' /proc/self/mountinfo")
+    first, root_source = said.splitlines()
+    assert first.startswith("staged on n") and first.endswith("as 0"), said
+    assert f"/{slurm_user.uid}/slurm/scrun/" in root_source, root_source
+    stage_root = scratch / str(slurm_user.uid) / "slurm" / "scrun"
+    assert not stage_root.exists() or list(stage_root.iterdir()) == []

@@ -65,19 +65,24 @@ class User:
         for path in (base, self.conf_dir):
             os.chown(path, self.uid, self.gid)
 
+    def runtime_dir_on(self, machine: int) -> Path:
+        """The login side's /run/user/UID; a compute node has none (no login manager
+        runs there) and the agent makes a private one in the node's /tmp."""
+        return self.runtime_dir if machine == 0 else Path(f"/tmp/pyscrun-runtime-{self.uid}")
+
     def env(self) -> dict[str, str]:
         return {"PATH": "/usr/bin:/bin", "HOME": str(self.home), "USER": self.name,
                 "XDG_RUNTIME_DIR": str(self.runtime_dir),
                 "PODMAN_IGNORE_CGROUPSV1_WARNING": "1",
                 **({"SLURM_CONF": str(self.slurm_conf)} if self.slurm_conf else {})}
 
-    def command(self, argv: list[str]) -> list[str]:
-        env = [f"{k}={v}" for k, v in self.env().items()]
-        return ["runuser", "-u", self.name, "--", "env", "-i", *env, *argv]
+    def command(self, argv: list[str], env: dict[str, str] | None = None) -> list[str]:
+        pairs = [f"{k}={v}" for k, v in {**self.env(), **(env or {})}.items()]
+        return ["runuser", "-u", self.name, "--", "env", "-i", *pairs, *argv]
 
     def run(self, *argv: str, input: bytes | None = None, timeout: float = 120,
-            ) -> subprocess.CompletedProcess[bytes]:
-        return subprocess.run(self.command(list(argv)), input=input, capture_output=True,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(self.command(list(argv), env), input=input, capture_output=True,
                               timeout=timeout, cwd="/", check=False)
 
     def podman(self, *args: str, input: bytes | None = None, timeout: float = 120,
@@ -143,7 +148,7 @@ class UserLeakCheck:
         for machine in machines(self.user.slurm_conf):
             found["processes"] |= self._processes(machine)
             for what, sub in (("runc state dirs", "runc"), ("task dirs", "pyscrun-tasks")):
-                path = machine_path(machine, f"{self.user.runtime_dir}/{sub}")
+                path = machine_path(machine, f"{self.user.runtime_dir_on(machine)}/{sub}")
                 if path.is_dir():
                     found[what] |= {f"{machine}:{p.name}" for p in path.iterdir()}
         if self.user.slurm_conf is not None:
@@ -175,7 +180,8 @@ class UserLeakCheck:
             for entry in left.get(what, []):
                 machine, name = entry.split(":", 1)
                 sub = "runc" if what == "runc state dirs" else "pyscrun-tasks"
-                shutil.rmtree(machine_path(int(machine), f"{self.user.runtime_dir}/{sub}/{name}"),
+                runtime_dir = self.user.runtime_dir_on(int(machine))
+                shutil.rmtree(machine_path(int(machine), f"{runtime_dir}/{sub}/{name}"),
                               ignore_errors=True)
 
 

@@ -19,11 +19,16 @@ SOCKET_NAME = "ctl"
 
 def default_root(environ: dict[str, str] | os._Environ[str]) -> str:
     """Where state lives when podman passes no --root (it never does)."""
-    runtime_dir = environ.get("XDG_RUNTIME_DIR", "")
-    if runtime_dir:
-        return os.path.join(runtime_dir, "pyscrun")
     from pyscrun import identity
 
+    runtime_dir = environ.get("XDG_RUNTIME_DIR", "")
+    if runtime_dir:
+        if not identity.private_dir(runtime_dir):
+            raise UsageError(
+                f"XDG_RUNTIME_DIR={runtime_dir} is not a directory of {identity.user_name()}'s "
+                "alone: log in again (pam_systemd makes /run/user/UID), set it to a directory "
+                "of your own with mode 0700, or pass --root")
+        return os.path.join(runtime_dir, "pyscrun")
     uid = identity.real_uid()
     if uid == 0:
         return "/run/pyscrun"

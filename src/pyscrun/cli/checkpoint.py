@@ -63,9 +63,9 @@ def _criu_path(ctx: Context, criu: str) -> str:
 def checkpoint(ctx: Context) -> int:
     from pyscrun.cli.lifecycle import load_for
 
-    _for_root_only("checkpoint")
     order = _criu_order(ctx, "checkpoint")
     store, state = load_for(ctx, "checkpoint", RUNNING)
+    _for_root_only("checkpoint")
     order.update(op="checkpoint", leave_running=ctx.flag("leave_running"))
     try:
         os.makedirs(str(order["image_path"]), exist_ok=True)
@@ -103,9 +103,9 @@ def checkpointed_tasks(image_path: str) -> int:
 def restore(ctx: Context) -> int:
     from pyscrun.cli.lifecycle import create_container
 
-    _for_root_only("restore")
     order = _criu_order(ctx, "checkpoint")
     order["tasks"] = checkpointed_tasks(str(order["image_path"]))
+    _for_root_only("restore")
     store = ctx.store
     try:
         previous = store.load(ctx.container_id)

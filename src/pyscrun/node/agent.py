@@ -28,7 +28,7 @@ from pyscrun.node import criu, images, processes, userns
 from pyscrun.node.guard import Guard
 from pyscrun.node.runtime import RuntimeCommands, stop_and_delete
 from pyscrun.node.stdio import ContainerStdio
-from pyscrun.node.task import Task, TaskIdentity
+from pyscrun.node.task import Task, TaskIdentity, settle_runtime_dir
 from pyscrun.watch import watch
 
 TYPE_CHECKING = False
@@ -454,6 +454,7 @@ def main(env: dict[str, str]) -> int:
     """Run one task; returns its exit status. Errors become a message and status 255."""
     try:
         userns.enter_from(env)
+        settle_runtime_dir(env)
         # The node's own configuration: beside the slurm.conf slurmstepd names in the
         # task's SLURM_CONF (the local backend names the caller's).
         the_site = site.load(env.get("PYSCRUN_AGENT_SLURM_CONF") or env.get("SLURM_CONF")

@@ -22,7 +22,7 @@ from pyscrun import log
 from pyscrun.conf import patterns, site
 from pyscrun.errors import ScrunError
 from pyscrun.node.runtime import RuntimeCommands
-from pyscrun.node.task import EXEC_RECORD, default_container_path
+from pyscrun.node.task import EXEC_RECORD, default_container_path, settle_runtime_dir
 
 # The status of an exec that could not run the process at all (runc's own).
 FAILED = 255
@@ -70,6 +70,7 @@ def _join_user_namespace(agent: int) -> None:
 
 
 def run(env: dict[str, str]) -> int:
+    settle_runtime_dir(env)
     the_site = site.load(env.get("PYSCRUN_EXEC_SLURM_CONF") or env.get("SLURM_CONF")
                          or site.DEFAULT_SLURM_CONF)
     base = Path(the_site.oci.ContainerPath) if the_site.oci.ContainerPath else default_container_path()

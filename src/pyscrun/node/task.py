@@ -12,6 +12,7 @@ from pathlib import Path
 from pyscrun import identity
 from pyscrun.conf import patterns
 from pyscrun.conf.ociconf import OciConf
+from pyscrun.errors import ScrunError
 from pyscrun.node import rewrite
 from pyscrun.node.runtime import RuntimeCommands
 from pyscrun.oci import bundle as oci_bundle
@@ -48,6 +49,24 @@ def default_container_path() -> Path:
     if runtime_dir:
         return Path(runtime_dir) / "pyscrun-tasks"
     return Path(os.environ.get("TMPDIR") or "/tmp") / f"pyscrun-tasks-{uid}"
+
+
+def settle_runtime_dir(env: dict[str, str]) -> None:
+    """An ordinary user's runtime dir on this node: the one the login side named
+    where the node has it too (a login manager made it), else a private one under
+    /tmp. Rootless runc keeps its state there, and the task dirs are there."""
+    if identity.is_root() or identity.private_dir(env.get("XDG_RUNTIME_DIR", "")):
+        return
+    fallback = Path(env.get("TMPDIR") or "/tmp") / f"pyscrun-runtime-{identity.real_uid()}"
+    try:
+        fallback.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    if not identity.private_dir(str(fallback)):
+        raise ScrunError(f"{fallback} is in the way of the user's runtime dir on "
+                         f"{socket.gethostname()}: it must be a directory of the user's, "
+                         "mode 0700")
+    env["XDG_RUNTIME_DIR"] = os.environ["XDG_RUNTIME_DIR"] = str(fallback)
 
 
 def _job_env(env: dict[str, str]) -> dict[str, str]:

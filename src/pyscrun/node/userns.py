@@ -10,6 +10,7 @@ container there just as podman's runtime would have on the login host.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 
@@ -22,7 +23,7 @@ _TOOLS = ("newuidmap", "newgidmap")
 def enter_from(env: dict[str, str]) -> None:
     """Enter the namespace env asks for; nothing where it asks for none."""
     wanted = env.get(ENV, "")
-    if not wanted:
+    if not wanted or _maps_its_own_users(env.get("PYSCRUN_AGENT_BUNDLE", "")):
         return
     uid_map, _, gid_map = wanted.partition(";")
     try:
@@ -32,6 +33,20 @@ def enter_from(env: dict[str, str]) -> None:
     except OSError:
         pass
     _enter(uid_map, gid_map)
+
+
+def _maps_its_own_users(bundle: str) -> bool:
+    """A config.json with a user namespace and uid mappings of its own (scrun.lua may
+    write one, as the man page's example does) says how to map: the runtime then runs
+    as the user, as under Slurm's scrun, and makes that namespace itself."""
+    try:
+        with open(os.path.join(bundle, "config.json"), "rb") as source:
+            config = json.load(source)
+        linux = config["linux"]
+        return bool(linux.get("uidMappings")) and any(
+            entry.get("type") == "user" for entry in linux.get("namespaces") or [])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
 
 
 def _enter(uid_map: str, gid_map: str) -> None:

@@ -1,0 +1,66 @@
+"""Who the caller is behind a user namespace's map, and which configs map their own users."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from pyscrun import identity
+from pyscrun.node import userns
+
+# Rootless podman's namespace: 0 is the user, 1.. the user's subordinate ids.
+PODMAN_MAP = "         0       1001          1\n         1     100000      65536\n"
+
+
+def test_ids_map_through_the_namespace(tmp_path: Path) -> None:
+    uid_map = tmp_path / "uid_map"
+    uid_map.write_text(PODMAN_MAP)
+    assert identity._outside(str(uid_map), 0) == 1001
+    assert identity._outside(str(uid_map), 1) == 100000
+    assert identity._outside(str(uid_map), 65536) == 165535
+    # Outside every range (or an unreadable map): the id as it is.
+    assert identity._outside(str(uid_map), 70000) == 70000
+    assert identity._outside(str(tmp_path / "missing"), 5) == 5
+
+
+def test_outside_any_namespace_the_ids_are_the_processs_own() -> None:
+    assert identity.real_uid() == os.getuid()
+    assert identity.is_root() == (os.getuid() == 0)
+    assert identity.namespace_maps() == ""
+
+
+def test_a_runtime_dir_must_be_the_users_alone(tmp_path: Path) -> None:
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o755)
+    link = tmp_path / "link"
+    link.symlink_to(private)
+    assert identity.private_dir(str(private))
+    assert not identity.private_dir(str(shared))
+    assert not identity.private_dir(str(link))
+    assert not identity.private_dir(str(tmp_path / "missing"))
+    assert not identity.private_dir("")
+
+
+def _bundle(tmp_path: Path, linux: object) -> str:
+    (tmp_path / "config.json").write_text(json.dumps({"linux": linux}))
+    return str(tmp_path)
+
+
+def test_a_config_with_its_own_user_mapping_is_left_to_the_runtime(tmp_path: Path) -> None:
+    own = {"namespaces": [{"type": "mount"}, {"type": "user"}],
+           "uidMappings": [{"containerID": 0, "hostID": 1001, "size": 1}]}
+    assert userns._maps_its_own_users(_bundle(tmp_path, own))
+    assert not userns._maps_its_own_users(_bundle(tmp_path, {"namespaces": [{"type": "user"}]}))
+    assert not userns._maps_its_own_users(_bundle(tmp_path, {"namespaces": [{"type": "pid"}]}))
+    assert not userns._maps_its_own_users(_bundle(tmp_path, "not a mapping"))
+    assert not userns._maps_its_own_users(str(tmp_path / "no-bundle"))
+
+
+def test_no_namespace_is_made_where_none_is_asked_for(tmp_path: Path) -> None:
+    before = os.readlink("/proc/self/ns/user")
+    userns.enter_from({"PYSCRUN_AGENT_BUNDLE": str(tmp_path)})
+    userns.enter_from({userns.ENV: "", "PYSCRUN_AGENT_BUNDLE": str(tmp_path)})
+    assert os.readlink("/proc/self/ns/user") == before
