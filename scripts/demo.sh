@@ -49,7 +49,7 @@ user_podman run --rm --uts=host "$IMAGE" \
     | tee "$DEMO_DIR/out"
 job_id="$(sed -n 's/.*from job \([0-9]*\).*/\1/p' "$DEMO_DIR/out")"
 echo "-- Slurm's record of job $job_id: the user's own"
-scontrol show job "$job_id" | grep -oE '(JobId|UserId|JobState|NodeList)=[^ ]+' | paste -sd' '
+scontrol show job "$job_id" | grep -oE '(^| )(JobId|UserId|JobState|NodeList)=[^ ]+' | paste -sd' '
 echo
 echo "== as $DEMO_USER: the same container on three nodes (SCRUN_JOB_NUM_NODES=3 SCRUN_NTASKS=3)"
 user_podman run --rm --uts=host -e SCRUN_JOB_NUM_NODES=3 -e SCRUN_NTASKS=3 "$IMAGE" \
@@ -60,17 +60,19 @@ echo "   refuses to checkpoint an ordinary user's container)"
 podman --runtime "$DEMO_DIR/scrun-root" run -d --uts=host --name counter "$IMAGE" \
     sh -c 'i=0; while true; do echo "$i $(hostname)"; i=$((i+1)); sleep 0.5; done' >/dev/null
 sleep 3
-echo "-- counting: $(podman logs counter 2>/dev/null | tail -n 1)"
-node="$(podman logs counter 2>/dev/null | tail -n 1 | cut -d' ' -f2)"
 podman --runtime "$DEMO_DIR/scrun-root" container checkpoint --export "$DEMO_DIR/ck.tar" counter >/dev/null
-echo "-- checkpointed on $node into $DEMO_DIR/ck.tar (the login host's /tmp), and $node drained"
+last="$(podman logs counter 2>/dev/null | tail -n 1)"
+node="${last#* }"
+echo "-- counted to ${last% *} on $node, checkpointed into $DEMO_DIR/ck.tar (the login host's /tmp)"
 podman --runtime "$DEMO_DIR/scrun-root" rm counter >/dev/null
 scontrol update "NodeName=$node" State=DRAIN Reason=pyscrun-demo
 drained=$node
 podman --runtime "$DEMO_DIR/scrun-root" container restore --import "$DEMO_DIR/ck.tar" \
     --name counter-restored >/dev/null
+echo "-- $node drained, restored in a new job"
 sleep 3
-echo "-- restored, counting on: $(podman logs counter-restored 2>/dev/null | head -n 1) ... $(podman logs counter-restored 2>/dev/null | tail -n 1)"
+last="$(podman logs counter-restored 2>/dev/null | tail -n 1)"
+echo "-- counting on: ${last% *} on ${last#* }"
 podman --runtime "$DEMO_DIR/scrun-root" rm -f -t 0 counter-restored >/dev/null
 echo
 echo "== squeue (empty: every container's job has ended)"

@@ -193,7 +193,9 @@ def test_the_task_dir_is_on_the_node_not_on_the_login_side(counting: Running) ->
     job = str(state["job_id"])
     node = machines(counting.runtime.slurm_conf.resolve())[1]
     on_node = Path(f"/proc/{node}/root{TASKS_DIR}")
-    assert any(p.name.startswith(f"oci-job{job}-") for p in on_node.iterdir())
+    # The agent runs before it has made the task dir.
+    wait_for(lambda: on_node.is_dir() and any(
+        p.name.startswith(f"oci-job{job}-") for p in on_node.iterdir()), 30, "the task dir")
     assert not list(TASKS_DIR.glob(f"oci-job{job}-*"))
 
 
