@@ -15,7 +15,7 @@ PACKAGES=(
     runc podman conmon busybox-static
     slurmctld slurmd slurm-client munge
     python3-venv python3-dev
-    tmux uidmap rsync procps psmisc iproute2 util-linux fuse-overlayfs tini
+    tmux uidmap rsync procps psmisc iproute2 util-linux fuse-overlayfs tini rootlesskit
     gcc libc6-dev
 )
 APT_LOG=/tmp/pyscrun-setup-apt.log

@@ -1,0 +1,47 @@
+"""Rootless docker (dockerd under rootlesskit, as an ordinary user) with pyscrun as its
+runtime, on the local backend: containerd's shim runs scrun inside the user's
+namespace, as rootless podman does."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from tests.integration.rootless_dockerd import IMAGE, RUNTIME, RootlessDockerd
+from tests.integration.users import USER, UserLeakCheck, checkout_reachable, make_user
+
+
+@pytest.fixture
+def rootless_docker() -> Iterator[RootlessDockerd]:
+    user = make_user(USER, None)
+    checkout_reachable(user)
+    leaks = UserLeakCheck(user)
+    dockerd = RootlessDockerd(user)
+    dockerd.start()
+    yield dockerd
+    dockerd.stop()
+    leaks.check()
+
+
+def _ok(dockerd: RootlessDockerd, *args: str) -> str:
+    done = dockerd.docker(*args)
+    assert done.returncode == 0, (done.stderr.decode(errors="replace"), dockerd.user.log_tail())
+    return done.stdout.decode().strip()
+
+
+def test_echo_exit_code_detach_and_stop(rootless_docker: RootlessDockerd) -> None:
+    run = ("run", "--runtime", RUNTIME, "--network", "none")
+    assert _ok(rootless_docker, *run, "--rm", IMAGE, "echo", "hi") == "hi"
+    done = rootless_docker.docker(*run, "--rm", IMAGE, "sh", "-c", "exit 3")
+    assert done.returncode == 3, done.stderr.decode()
+    cid = _ok(rootless_docker, *run, "-d", IMAGE, "sh", "-c",
+              "trap 'echo got TERM; exit 0' TERM; while true; do sleep 0.1; done")
+    # scrun keeps the container under the shim's --root, as the user it runs for.
+    state = json.loads((rootless_docker.runtime_root / cid / "state.json").read_text())
+    assert (state["owner"], state["backend"], state["status"]) == (USER, "local", "running")
+    _ok(rootless_docker, "stop", "-t", "10", cid)
+    assert _ok(rootless_docker, "inspect", "-f", "{{.State.ExitCode}}", cid) == "0"
+    assert "got TERM" in _ok(rootless_docker, "logs", cid)
+    _ok(rootless_docker, "rm", cid)
