@@ -28,11 +28,6 @@ from tests.integration.harness import (
 
 RUN = ("run", "--runtime", RUNTIME, "--network", "none")
 
-# docker's bundle (/run/containerd/...), the rootfs mounted there and the hooks it adds
-# (/proc/<dockerd>/exe) exist on the login side only: through Slurm, docker's
-# containers still run on nodes that share a kernel with it.
-DOCKER_MACHINES = "one-kernel"
-
 
 @pytest.fixture(scope="session")
 def dockerd() -> Iterator[Dockerd]:
@@ -60,7 +55,7 @@ def docker_runtime(request: pytest.FixtureRequest, dockerd: Dockerd, cluster: Cl
     """pyscrun as docker's runtime on each backend in each oci.conf mode; checked for
     leaks (processes, spool dirs, runc containers, task dirs, shims, containers, jobs)."""
     backend, mode = request.param.split("/")
-    conf = cluster.up(1, DOCKER_MACHINES) if backend == "slurm" else None
+    conf = cluster.up(1) if backend == "slurm" else None
     yield from _docker_runtime(dockerd, tmp_path, conf, OCI_CONFS[mode])
 
 
@@ -70,7 +65,7 @@ def docker_slurm_runtime(request: pytest.FixtureRequest, dockerd: Dockerd, clust
     """pyscrun (built-in oci.conf) on a cluster of `@pytest.mark.nodes(N)` nodes (1 unless
     marked)."""
     marker = request.node.get_closest_marker("nodes")
-    conf = cluster.up(marker.args[0] if marker else 1, DOCKER_MACHINES)
+    conf = cluster.up(marker.args[0] if marker else 1)
     yield from _docker_runtime(dockerd, tmp_path, conf, None)
 
 

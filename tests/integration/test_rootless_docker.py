@@ -1,6 +1,7 @@
 """Rootless docker (dockerd under rootlesskit, as an ordinary user) with pyscrun as its
-runtime, on the local backend: containerd's shim runs scrun inside the user's
-namespace, as rootless podman does."""
+runtime, through Slurm on separate machines and on the local backend: containerd's
+shim runs scrun inside the user's namespace, as rootless podman does; through Slurm
+the bundle and the rootfs, mounted in rootlesskit's namespace only, are shipped."""
 
 from __future__ import annotations
 
@@ -9,13 +10,15 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.integration.harness import Cluster
 from tests.integration.rootless_dockerd import IMAGE, RUNTIME, RootlessDockerd
 from tests.integration.users import USER, UserLeakCheck, checkout_reachable, make_user
 
 
-@pytest.fixture
-def rootless_docker() -> Iterator[RootlessDockerd]:
-    user = make_user(USER, None)
+@pytest.fixture(params=["slurm", "local"])
+def rootless_docker(request: pytest.FixtureRequest, cluster: Cluster,
+                    ) -> Iterator[RootlessDockerd]:
+    user = make_user(USER, cluster.up(1) if request.param == "slurm" else None)
     checkout_reachable(user)
     leaks = UserLeakCheck(user)
     dockerd = RootlessDockerd(user)
@@ -40,7 +43,8 @@ def test_echo_exit_code_detach_and_stop(rootless_docker: RootlessDockerd) -> Non
               "trap 'echo got TERM; exit 0' TERM; while true; do sleep 0.1; done")
     # scrun keeps the container under the shim's --root, as the user it runs for.
     state = json.loads((rootless_docker.runtime_root / cid / "state.json").read_text())
-    assert (state["owner"], state["backend"], state["status"]) == (USER, "local", "running")
+    backend = "local" if rootless_docker.user.slurm_conf is None else "slurm"
+    assert (state["owner"], state["backend"], state["status"]) == (USER, backend, "running")
     _ok(rootless_docker, "stop", "-t", "10", cid)
     assert _ok(rootless_docker, "inspect", "-f", "{{.State.ExitCode}}", cid) == "0"
     assert "got TERM" in _ok(rootless_docker, "logs", cid)

@@ -45,6 +45,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, NoReturn
 
+    from pyscrun.anchor.shipping import Shipment
+
 _TERMINATING_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # Once no node agent is left and one of them went without reporting its container's
 # end (killed, or its node died), how long the launcher may take to notice.
@@ -76,6 +78,7 @@ class Anchor(Orders):
         self.exit_status: int | None = None
         self.ready_fd: int | None = None  # open while a restore waits for its tasks
         self.restore_probe = ""  # while a restore's nodes look for its image path
+        self.bundle_probe = ""  # while the nodes look for the bundle
         # Clients of a checkpoint that stops the container, answered once it has.
         self.stopped_waiters: list[tuple[Connection, dict[str, Any]]] = []
         self.task_order: TaskOrder | None = None  # a pause or resume in progress
@@ -84,6 +87,7 @@ class Anchor(Orders):
         # The caller's stdio, while the agents stream the container's: srun's own
         # forwarding is slower, and ends every signal but USR1/USR2 as SIGKILL.
         self.stdio: CallerStdio | None = None
+        self.shipment: Shipment | None = None
         assert request.stand_in is not None
         self.stand_in = request.stand_in
         bundle = request.bundle
@@ -362,6 +366,20 @@ class Anchor(Orders):
             # An ordinary user's container runs on the node in the user namespace
             # rootless podman gave it here.
             agent_env["PYSCRUN_AGENT_USERNS"] = identity.namespace_maps()
+            # A node that does not see the bundle asks for it (anchor/shipping.py); a
+            # rootfs mounted here (docker's overlay) no node sees.
+            from pyscrun.anchor.checkpointing import place_probe
+            from pyscrun.anchor.shipping import Shipment
+
+            self.shipment = Shipment(self.staging.bundle, self.store.spool_dir(self.state.id))
+            if os.path.ismount(self.staging.rootfs):
+                agent_env["PYSCRUN_AGENT_BUNDLE_SHIP"] = "always"
+            else:
+                try:
+                    self.bundle_probe = place_probe(self.staging.bundle)
+                    agent_env["PYSCRUN_AGENT_BUNDLE_PROBE"] = os.path.basename(self.bundle_probe)
+                except OSError as err:
+                    log.current.debug(f"no probe in the bundle ({err.strerror}): nodes see it")
         pass_stdio = self.backend.name == "slurm" and self.terminal_fd is None
         if pass_stdio:
             self.stdio = CallerStdio()
@@ -408,6 +426,13 @@ class Anchor(Orders):
 
     def _release(self) -> None:
         self._remove_restore_probe()
+        if self.bundle_probe:
+            from pyscrun.anchor.checkpointing import remove_probe
+
+            remove_probe(self.bundle_probe)
+            self.bundle_probe = ""
+        if self.shipment is not None:
+            self.shipment.remove()
         if self.allocation is not None:
             try:
                 self.backend.release(self.site, self.allocation)

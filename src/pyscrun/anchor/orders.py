@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
     from pyscrun.anchor.agents import AgentLink, Agents
     from pyscrun.anchor.control import Connection
+    from pyscrun.anchor.shipping import Shipment
     from pyscrun.anchor.spawn import CreateRequest
     from pyscrun.anchor.stand_in import StandIn
     from pyscrun.anchor.store import Store
@@ -50,6 +51,7 @@ class Orders:
     task_order: TaskOrder | None
     stopped_waiters: list[tuple[Connection, dict[str, Any]]]
     waiting_orders: list[tuple[Connection, dict[str, Any], float]]
+    shipment: Shipment | None
 
     def _start(self) -> None:
         raise NotImplementedError
@@ -75,6 +77,12 @@ class Orders:
     def _agent_event(self, agent: AgentLink, message: dict[str, Any]) -> None:
         if message.get("op") == "send-images":
             send_images(agent, self.request.restore)
+            return
+        if message.get("op") == "send-bundle":
+            if self.shipment is not None:
+                self.shipment.send(agent)
+            else:
+                agent.send({"op": "bundle-sent", "error": "this container ships no bundle"})
             return
         event = message.get("event")
         if event == "exit":

@@ -1,5 +1,5 @@
-"""Directory trees across the channel: checkpoint images between a node and the login
-host when no file system is shared between them.
+"""Directory trees across the channel, where a node and the login host share no file
+system: checkpoint images both ways, a container's bundle to the node.
 
 A tree goes as one `{"op":"file","area":A,"path":P}` message per regular file, its
 bytes in FILE frames, an empty FILE frame at its end. The receiver writes each file
@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+from pyscrun import messages
 from pyscrun.channel import frames
-from pyscrun.channel.peer import Peer
+from pyscrun.channel.peer import Peer, PeerGone
 from pyscrun.errors import ChannelError
 
 SEND_TIMEOUT = 120.0
@@ -84,3 +85,34 @@ class TreeReceiver:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+
+def fetch_tree(peer: Peer, request: str, done: str, receiver: TreeReceiver,
+               other: Callable[[list[tuple[int, bytes]]], None]) -> None:
+    """Ask the anchor for a tree (the message `request`) and take its files until it
+    says `done`; frames that are not part of the tree go to other. ChannelError when
+    the anchor reports an error or the channel fails."""
+    peer.send(frames.message({"op": request}))
+    peer.sock.setblocking(True)
+    peer.sock.settimeout(SEND_TIMEOUT)
+    try:
+        while True:
+            peer.flush()
+            for kind, payload in peer.receive():
+                message = (messages.check(frames.decode_message(payload), "orders")
+                           if kind == frames.MESSAGE else {})
+                if kind == frames.FILE:
+                    receiver.data(payload)
+                elif message.get("op") == "file":
+                    receiver.begin(message)
+                elif message.get("op") == done:
+                    if message.get("error"):
+                        raise ChannelError(str(message["error"]))
+                    return
+                else:
+                    other([(kind, payload)])
+    except (PeerGone, TimeoutError, ValueError) as err:
+        raise ChannelError(str(err)) from None
+    finally:
+        receiver.close()
+        peer.sock.setblocking(False)

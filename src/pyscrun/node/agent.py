@@ -24,7 +24,7 @@ from pyscrun.channel import frames, peer, tcp
 from pyscrun.conf import site
 from pyscrun.conf.ociconf import OciConf
 from pyscrun.errors import RuntimeCommandError, ScrunError
-from pyscrun.node import criu, images, processes, userns
+from pyscrun.node import criu, images, processes, shipped, userns
 from pyscrun.node.guard import Guard
 from pyscrun.node.runtime import RuntimeCommands, stop_and_delete
 from pyscrun.node.stdio import ContainerStdio
@@ -408,6 +408,8 @@ class Agent:
         selfpipe.install(self.selector, _FORWARDED_SIGNALS, "signal")
         self.connect()
         try:
+            if shipped.wanted(self.env):
+                task.source = shipped.fetch(self.control, task.shipped_dir, self._handle)
             self.commands = commands = task.prepare(self.derived_commands(""),
                                                     self._start_guard(task))
             # After the guard started: it must not be adopted back.

@@ -9,9 +9,8 @@ import os
 import shutil
 from pathlib import Path
 
-from pyscrun import messages
-from pyscrun.channel import files, frames, peer
-from pyscrun.errors import RuntimeCommandError
+from pyscrun.channel import files, peer
+from pyscrun.errors import ChannelError, RuntimeCommandError
 from pyscrun.node import criu
 from pyscrun.node.runtime import RuntimeCommands
 
@@ -48,27 +47,8 @@ def fetch(control: peer.Peer | None, order: dict[str, Any], task_id: str, task_d
     here = criu.local_order(order, str(task_dir / LOCAL_DIR))
     receiver = files.TreeReceiver({"image": criu.task_image_dir(here["image_path"], task_id)})
     os.makedirs(receiver.areas["image"], exist_ok=True)
-    control.send(frames.message({"op": "send-images"}))
-    control.sock.setblocking(True)
-    control.sock.settimeout(files.SEND_TIMEOUT)
     try:
-        while True:
-            control.flush()
-            for kind, payload in control.receive():
-                message = (messages.check(frames.decode_message(payload), "orders")
-                           if kind == frames.MESSAGE else {})
-                if kind == frames.FILE:
-                    receiver.data(payload)
-                elif message.get("op") == "file":
-                    receiver.begin(message)
-                elif message.get("op") == "images-sent":
-                    if message.get("error"):
-                        raise RuntimeCommandError(f"fetching the images: {message['error']}")
-                    return here
-                else:
-                    other([(kind, payload)])
-    except (peer.PeerGone, TimeoutError, ValueError) as err:
+        files.fetch_tree(control, "send-images", "images-sent", receiver, other)
+    except ChannelError as err:
         raise RuntimeCommandError(f"fetching the checkpoint images failed: {err}") from None
-    finally:
-        receiver.close()
-        control.sock.setblocking(False)
+    return here

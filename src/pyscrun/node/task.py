@@ -83,6 +83,9 @@ class Task:
         base = Path(conf.ContainerPath) if conf.ContainerPath else default_container_path()
         self.step_dir = base / f"oci-job{ident.job_id}-{ident.step_id}"
         self.dir = self.step_dir / f"task-{ident.task_id}"
+        # Where config.json is read: the bundle, or its copy shipped to this node.
+        self.source = ident.bundle
+        self.shipped_dir = self.step_dir / f"bundle-{ident.task_id}"
         self.env = env
         self.terminal = os.isatty(0)
 
@@ -99,9 +102,9 @@ class Task:
             env_entries = rewrite.exclude_env(
                 rewrite.merge_env([], _job_env(self.env)), conf.EnvExclude)
         else:
-            source = oci_bundle.load(str(ident.bundle))
+            source = oci_bundle.load(str(self.source))
             config = rewrite.rewrite(
-                source.config, bundle=ident.bundle, job_env=_job_env(self.env),
+                source.config, bundle=self.source, job_env=_job_env(self.env),
                 env_exclude=conf.EnvExclude, terminal=self.terminal and conf.run_mode,
                 mount_spool_dir=conf.MountSpoolDir, step_dir=self.step_dir,
                 disable_hooks=conf.DisableHooks, task_id=ident.task_id,
@@ -139,6 +142,7 @@ class Task:
         if self.conf.DisableCleanup:
             return
         shutil.rmtree(self.dir, ignore_errors=True)
+        shutil.rmtree(self.shipped_dir, ignore_errors=True)
         try:
             self.step_dir.rmdir()
         except OSError:

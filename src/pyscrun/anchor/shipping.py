@@ -1,0 +1,116 @@
+"""A container's bundle, shipped to the nodes that do not see it.
+
+docker's bundle lives under containerd's state dir on the login host and its rootfs is
+an overlay mounted there (rootless docker's, inside rootlesskit's mount namespace
+only); no compute node sees either. Before the step starts the anchor puts a file of a
+random name in the bundle dir; an agent that does not find it asks for the bundle and
+gets, over the channel:
+
+    config.json   root.path `rootfs`, shipped bind-mount sources `mounts/N`, and no
+                  hook that names a process of the login host (`/proc/PID/exe`: it
+                  cannot run on another machine)
+    rootfs.tar    the rootfs, owners as numbers (the agent unpacks it as the same
+                  root the rootfs had here: podman's or rootlesskit's mapping)
+    mounts/N      each bind-mounted regular file up to 1 MiB (hosts, hostname,
+                  resolv.conf), and mounts/owners.json: each one's mode, uid and gid
+
+Where the node sees the bundle (the cluster file system) nothing moves.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+from pyscrun import log
+from pyscrun.anchor.agents import AgentLink
+from pyscrun.channel import files
+from pyscrun.errors import ScrunError
+
+ROOTFS_ARCHIVE = "rootfs.tar"
+MOUNTS = "mounts"
+MAX_MOUNTED_FILE = 1 << 20
+# GNU tar's status for "some files differ" (changed while read): a warning, not a failure.
+_TAR_WARNED = 1
+
+
+class Shipment:
+    """Built once, at the first agent's asking, in the container's spool dir."""
+
+    def __init__(self, bundle: str, spool_dir: str) -> None:
+        self.bundle = bundle
+        self.dir = os.path.join(spool_dir, "shipment")
+        self.built = False
+
+    def send(self, link: AgentLink) -> None:
+        error = None
+        try:
+            if not self.built:
+                self._build()
+            files.send_tree(link.peer, self.dir, "bundle")
+        except (ScrunError, OSError, ValueError, KeyError, TypeError) as err:
+            error = f"shipping the bundle to {link.node or 'a node'}: {err}"
+            log.current.error(error)
+        link.send({"op": "bundle-sent", "error": error})
+
+    def remove(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _build(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+        os.makedirs(os.path.join(self.dir, MOUNTS), mode=0o700)
+        with open(os.path.join(self.bundle, "config.json"), "rb") as source:
+            config = json.load(source)
+        root = os.path.join(self.bundle, config["root"]["path"])
+        _archive(root, os.path.join(self.dir, ROOTFS_ARCHIVE))
+        config["root"]["path"] = "rootfs"
+        owners = {}
+        for number, mount in enumerate(config.get("mounts") or []):
+            source = mount.get("source", "")
+            if _bind(mount) and _small_file(source):
+                shipped = os.path.join(MOUNTS, str(number))
+                shutil.copyfile(source, os.path.join(self.dir, shipped))
+                info = os.stat(source)
+                owners[str(number)] = [info.st_mode & 0o7777, info.st_uid, info.st_gid]
+                mount["source"] = shipped
+        with open(os.path.join(self.dir, MOUNTS, "owners.json"), "w", encoding="utf-8") as out:
+            json.dump(owners, out)
+        hooks = config.get("hooks") or {}
+        for kind, entries in hooks.items():
+            kept = [h for h in entries if not str(h.get("path", "")).startswith("/proc/")]
+            if len(kept) != len(entries):
+                log.current.info(f"{kind} hooks of a process of this host left out on the node")
+            hooks[kind] = kept
+        with open(os.path.join(self.dir, "config.json"), "w", encoding="utf-8") as out:
+            json.dump(config, out)
+        self.built = True
+
+
+def _bind(mount: dict[str, object]) -> bool:
+    options = mount.get("options") or []
+    return mount.get("type") == "bind" or (isinstance(options, list)
+                                           and ("bind" in options or "rbind" in options))
+
+
+def _small_file(path: object) -> bool:
+    if not isinstance(path, str) or not os.path.isabs(path):
+        return False
+    try:
+        info = os.stat(path)
+    except OSError:
+        return False
+    import stat
+
+    return stat.S_ISREG(info.st_mode) and info.st_size <= MAX_MOUNTED_FILE
+
+
+def _archive(root: str, archive: str) -> None:
+    if not os.path.isdir(root):
+        raise ScrunError(f"the rootfs {root} is not a directory here")
+    done = subprocess.run(["tar", "--numeric-owner", "-C", root, "-cf", archive, "."],
+                          stdin=subprocess.DEVNULL, capture_output=True, check=False)
+    if done.returncode not in (0, _TAR_WARNED):
+        said = done.stderr.decode(errors="replace").strip().splitlines()
+        raise ScrunError(f"tar of {root} failed: {said[-1] if said else done.returncode}")

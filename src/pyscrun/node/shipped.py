@@ -1,0 +1,68 @@
+"""The container's bundle where this node does not see it: fetched from the anchor
+(anchor/shipping.py) into a directory of the task's own, the rootfs unpacked there as
+the root it had on the login host, and config.json pointed at them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from pyscrun.channel import files, peer
+from pyscrun.errors import ChannelError, RuntimeCommandError
+
+
+def wanted(env: dict[str, str]) -> bool:
+    """The anchor ships the bundle to every node (its rootfs is a mount of the login
+    host's), or left a probe in the bundle dir that this node does not see."""
+    if env.get("PYSCRUN_AGENT_BUNDLE_SHIP") == "always":
+        return True
+    probe = env.get("PYSCRUN_AGENT_BUNDLE_PROBE", "")
+    return bool(probe) and not os.path.exists(
+        os.path.join(env.get("PYSCRUN_AGENT_BUNDLE", ""), probe))
+
+
+def fetch(control: peer.Peer | None, into: Path,
+          other: Callable[[list[tuple[int, bytes]]], None]) -> Path:
+    if control is None:
+        raise RuntimeCommandError("the bundle is not on this node and no anchor sends it")
+    into.mkdir(mode=0o700, parents=True)
+    try:
+        files.fetch_tree(control, "send-bundle", "bundle-sent",
+                         files.TreeReceiver({"bundle": str(into)}), other)
+    except ChannelError as err:
+        raise RuntimeCommandError(f"fetching the bundle failed: {err}") from None
+    rootfs, archive = into / "rootfs", into / "rootfs.tar"
+    rootfs.mkdir(mode=0o755)
+    done = subprocess.run(["tar", "--numeric-owner", "--same-permissions", "-C", str(rootfs),
+                           "-xf", str(archive)], stdin=subprocess.DEVNULL,
+                          capture_output=True, check=False)
+    archive.unlink(missing_ok=True)
+    if done.returncode != 0:
+        said = done.stderr.decode(errors="replace").strip().splitlines()
+        raise RuntimeCommandError(f"unpacking the rootfs failed: {said[-1] if said else ''}")
+    config_path = into / "config.json"
+    config = json.loads(config_path.read_text())
+    config["root"]["path"] = str(rootfs)
+    for mount in config.get("mounts") or []:
+        source = mount.get("source")
+        if isinstance(source, str) and source.startswith("mounts/"):
+            mount["source"] = str(into / source)
+    config_path.write_text(json.dumps(config))
+    _own_mounted_files(into / "mounts")
+    return into
+
+
+def _own_mounted_files(mounts: Path) -> None:
+    """The shipped files get the mode and owner they had (files arrive 0600, the
+    agent's): hosts stays readable by all, a secret by its owner alone."""
+    owners = json.loads((mounts / "owners.json").read_text())
+    for name, (mode, uid, gid) in owners.items():
+        path = mounts / os.path.basename(name)
+        try:
+            os.chown(path, uid, gid)
+        except PermissionError:
+            pass  # an agent that is no root here keeps them its own
+        os.chmod(path, mode & 0o7777)
