@@ -214,3 +214,36 @@ def test_a_tree_arrives_whole_and_no_file_lands_outside_its_place(tmp_path: Path
     assert not (tmp_path / "outside").exists()
     with pytest.raises(ValueError, match="without a file"):
         receiver.data(b"x")
+
+
+def test_what_arrives_with_the_end_of_a_fetched_tree_is_not_lost(tmp_path: Path) -> None:
+    """stdin (and orders) sent right after a tree, in the same read, go on to their
+    handler: a container's stdin ending there must still end."""
+    agent_sock, anchor_sock = socket.socketpair()
+    agent, anchor = peer.Peer(agent_sock, SECRET), peer.Peer(anchor_sock, SECRET)
+    # The anchor's whole answer, in one write: the tree, its end, then stdin and its end.
+    anchor_sock.sendall(
+        frames.message({"op": "file", "area": "bundle", "path": "config.json"})
+        + frames.frame(frames.FILE, b"{}") + frames.frame(frames.FILE)
+        + frames.message({"op": "bundle-sent", "error": None})
+        + frames.frame(frames.STDIN, b"typed\n") + frames.frame(frames.STDIN))
+    others: list[tuple[int, bytes]] = []
+    files.fetch_tree(agent, "send-bundle", "bundle-sent",
+                     files.TreeReceiver({"bundle": str(tmp_path)}), others.extend)
+    assert (tmp_path / "config.json").read_bytes() == b"{}"
+    assert others == [(frames.STDIN, b"typed\n"), (frames.STDIN, b"")]
+    asked = anchor_sock.recv(4096)
+    assert frames.decode_message(asked[frames.HEADER.size:]) == {"op": "send-bundle"}
+    agent.close()
+    anchor.close()
+
+
+def test_an_error_instead_of_a_tree_is_a_channel_error(tmp_path: Path) -> None:
+    agent_sock, anchor_sock = socket.socketpair()
+    agent = peer.Peer(agent_sock, SECRET)
+    anchor_sock.sendall(frames.message({"op": "bundle-sent", "error": "no rootfs here"}))
+    with pytest.raises(ChannelError, match="no rootfs here"):
+        files.fetch_tree(agent, "send-bundle", "bundle-sent",
+                         files.TreeReceiver({"bundle": str(tmp_path)}), lambda frames_: None)
+    agent.close()
+    anchor_sock.close()

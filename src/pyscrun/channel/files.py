@@ -98,7 +98,8 @@ def fetch_tree(peer: Peer, request: str, done: str, receiver: TreeReceiver,
     try:
         while True:
             peer.flush()
-            for kind, payload in peer.receive():
+            received = peer.receive()
+            for index, (kind, payload) in enumerate(received):
                 message = (messages.check(frames.decode_message(payload), "orders")
                            if kind == frames.MESSAGE else {})
                 if kind == frames.FILE:
@@ -108,6 +109,8 @@ def fetch_tree(peer: Peer, request: str, done: str, receiver: TreeReceiver,
                 elif message.get("op") == done:
                     if message.get("error"):
                         raise ChannelError(str(message["error"]))
+                    # What came with the end (stdin, orders) is not the tree's.
+                    other(received[index + 1:])
                     return
                 else:
                     other([(kind, payload)])
