@@ -7,9 +7,8 @@
 # system, are shared). Own ports, own paths. Never touches another cluster on the
 # machine: only processes named in its own pid files are ever signalled.
 #
-# PYSCRUN_CLUSTER_MACHINES=one-kernel starts the nodes as before, in UTS namespaces
-# only, sharing everything with the login side: for the tests that do not work across
-# machines yet.
+# PYSCRUN_CLUSTER_MACHINES=one-kernel starts the nodes in UTS namespaces only, sharing
+# everything with the login side (no test uses it: every test runs across machines).
 #
 # Usage: scripts/cluster.sh up [N]   start (or keep) a cluster of N nodes (default 1);
 #                                    last stdout line: export SLURM_CONF=<dir>/slurm.conf

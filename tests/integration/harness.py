@@ -312,7 +312,7 @@ def make_bundle(base: Path, args: Sequence[str], terminal: bool = False) -> Path
 CLUSTER_SCRIPT = REPO / "scripts" / "cluster.sh"
 
 
-def cluster_up(nodes: int, machines: str = "separate") -> Path:
+def cluster_up(nodes: int) -> Path:
     """The project's loopback Slurm cluster with this many nodes; its slurm.conf."""
     require("slurmctld", "slurmctld")
     require("slurmd", "slurmd")
@@ -323,8 +323,7 @@ def cluster_up(nodes: int, machines: str = "separate") -> Path:
     first_job = int(time.time() * 100) % 60_000_000 + 1
     done = subprocess.run(["bash", str(CLUSTER_SCRIPT), "up", str(nodes)], capture_output=True,
                           text=True, timeout=120, check=False,
-                          env={**os.environ, "PYSCRUN_FIRST_JOB_ID": str(first_job),
-                               "PYSCRUN_CLUSTER_MACHINES": machines})
+                          env={**os.environ, "PYSCRUN_FIRST_JOB_ID": str(first_job)})
     if done.returncode != 0:
         pytest.fail(f"cluster.sh up {nodes} failed:\n{done.stderr[-2000:]}")
     last = done.stdout.strip().splitlines()[-1]
@@ -370,19 +369,17 @@ def slurm(cluster_conf: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 class Cluster:
-    """The loopback cluster, resized on demand: tests ask for the node count they need,
-    on separate machines unless they ask for one kernel (what does not work across
-    machines yet)."""
+    """The loopback cluster of separate machines, resized on demand: tests ask for the
+    node count they need."""
 
     def __init__(self) -> None:
         self.nodes = 0
-        self.machines = ""
         self.conf: Path | None = None
 
-    def up(self, nodes: int, machines: str = "separate") -> Path:
-        if nodes != self.nodes or machines != self.machines or self.conf is None:
-            self.conf = cluster_up(nodes, machines)
-            self.nodes, self.machines = nodes, machines
+    def up(self, nodes: int) -> Path:
+        if nodes != self.nodes or self.conf is None:
+            self.conf = cluster_up(nodes)
+            self.nodes = nodes
         return self.conf
 
 
