@@ -14,6 +14,10 @@ from __future__ import annotations
 
 import os
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 UID_MAP = "/proc/self/uid_map"
 GID_MAP = "/proc/self/gid_map"
 
@@ -87,6 +91,12 @@ def namespace_maps() -> str:
         with open(path) as lines:
             found.append(",".join(" ".join(line.split()) for line in lines if line.strip()))
     return ";".join(found)
+
+
+def preexec() -> Callable[[], None] | None:
+    """What a Slurm command's child runs before exec: become_real_user inside a user
+    namespace, nothing outside one (where subprocess may then spawn without a fork)."""
+    return become_real_user if real_uid() != os.getuid() else None
 
 
 def become_real_user() -> None:

@@ -21,6 +21,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Protocol
 
 import pytest
 
@@ -31,6 +32,27 @@ RUNTIME = "pyscrun"
 ROOTFS_TAR = TEST_HOME / "docker" / "rootfs.tar"
 START_TIMEOUT = 60.0
 STOP_TIMEOUT = 30.0
+
+
+class Daemon(Protocol):
+    def docker(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[bytes]: ...
+
+    def stop(self) -> None: ...
+
+
+def import_test_image(daemon: Daemon) -> None:
+    """The test image (busybox), imported from the tarball `make setup` made."""
+    done = daemon.docker("import", "--change", 'CMD ["/bin/sh"]', str(ROOTFS_TAR), IMAGE)
+    if done.returncode != 0:
+        daemon.stop()
+        pytest.fail(f"docker import failed: {done.stderr.decode(errors='replace')}")
+
+
+def log_tail(log: Path) -> str:
+    try:
+        return "\n".join(log.read_text(errors="replace").splitlines()[-20:])
+    except OSError:
+        return ""
 
 
 class Dockerd:
@@ -89,16 +111,10 @@ class Dockerd:
                 pytest.fail(f"dockerd did not answer within {START_TIMEOUT:.0f} s:\n"
                             f"{self._log_tail()}")
             time.sleep(0.2)
-        done = self.docker("import", "--change", 'CMD ["/bin/sh"]', str(ROOTFS_TAR), IMAGE)
-        if done.returncode != 0:
-            self.stop()
-            pytest.fail(f"docker import failed: {done.stderr.decode(errors='replace')}")
+        import_test_image(self)
 
     def _log_tail(self) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-20:])
-        except OSError:
-            return ""
+        return log_tail(self.log)
 
     def docker(self, *args: str, input: bytes | None = None, timeout: float = 120,
                ) -> subprocess.CompletedProcess[bytes]:

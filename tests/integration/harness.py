@@ -218,8 +218,40 @@ def slurm_jobs(slurm_conf: Path) -> set[str]:
     return set(done.stdout.splitlines())
 
 
-class LeakCheck:
-    """What a test leaves behind, compared with what was there before it started."""
+class Leftovers:
+    """What a test leaves behind, compared with what was there before it started: each
+    kind of check says what it looks at (_snapshot) and how it cleans up (_clean)."""
+
+    label = "left behind"
+    before: dict[str, set[str]]
+
+    def _snapshot(self) -> dict[str, set[str]]:
+        raise NotImplementedError
+
+    def _clean(self, left: dict[str, list[str]]) -> None:
+        raise NotImplementedError
+
+    def _explain(self, left: dict[str, list[str]]) -> str:
+        return ""
+
+    def check(self, timeout: float = 15.0) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            now = self._snapshot()
+            left = {what: sorted(now[what] - self.before.get(what, set()))
+                    for what in now if now[what] - self.before.get(what, set())}
+            if not left:
+                return
+            if time.monotonic() > deadline:
+                explained = self._explain(left)
+                self._clean(left)
+                pytest.fail(f"{self.label}: {left}{explained}")
+            time.sleep(0.2)
+
+
+class LeakCheck(Leftovers):
+    """The runtime's processes, spool dirs, runc containers and task dirs on every
+    machine, and Slurm jobs."""
 
     def __init__(self, runtime: Runtime, marker: str, slurm_conf: Path | None = None) -> None:
         self.runtime = runtime
@@ -246,20 +278,8 @@ class LeakCheck:
             found["slurm jobs"] = slurm_jobs(self.slurm_conf)
         return found
 
-    def check(self, timeout: float = 15.0) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            now = self._snapshot()
-            left = {what: sorted(now[what] - self.before.get(what, set()))
-                    for what in now if now[what] - self.before.get(what, set())}
-            if not left:
-                return
-            if time.monotonic() > deadline:
-                states = _runc_states(left.get("runc containers", []),
-                                      machines(self.slurm_conf))
-                self._clean(left)
-                pytest.fail(f"left behind: {left}{states}")
-            time.sleep(0.2)
+    def _explain(self, left: dict[str, list[str]]) -> str:
+        return _runc_states(left.get("runc containers", []), machines(self.slurm_conf))
 
     def _clean(self, left: dict[str, list[str]]) -> None:
         """Remove what a failed test left, so that the tests after it do not fail too."""

@@ -18,14 +18,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.dockerd import ROOTFS_TAR
+from tests.integration.dockerd import (
+    ROOTFS_TAR,
+    RUNTIME,
+    START_TIMEOUT,
+    STOP_TIMEOUT,
+    import_test_image,
+    log_tail,
+)
 from tests.integration.harness import require
 from tests.integration.users import User
-
-IMAGE = "pyscrun-test:latest"
-RUNTIME = "pyscrun"
-START_TIMEOUT = 60.0
-STOP_TIMEOUT = 30.0
 
 
 class RootlessDockerd:
@@ -68,20 +70,11 @@ class RootlessDockerd:
         deadline = time.monotonic() + START_TIMEOUT
         while not (self.socket.exists() and self.docker("version").returncode == 0):
             if self.process.poll() is not None or time.monotonic() > deadline:
-                said = self._log_tail()
+                said = log_tail(self.log)
                 self.stop()
                 pytest.fail(f"rootless dockerd did not start:\n{said}")
             time.sleep(0.2)
-        done = self.docker("import", "--change", 'CMD ["/bin/sh"]', str(ROOTFS_TAR), IMAGE)
-        if done.returncode != 0:
-            self.stop()
-            pytest.fail(f"docker import failed: {done.stderr.decode(errors='replace')}")
-
-    def _log_tail(self) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-20:])
-        except OSError:
-            return ""
+        import_test_image(self)
 
     def docker(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[bytes]:
         return subprocess.run(

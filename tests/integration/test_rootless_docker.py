@@ -10,8 +10,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.integration.dockerd import IMAGE, RUNTIME
 from tests.integration.harness import Cluster
-from tests.integration.rootless_dockerd import IMAGE, RUNTIME, RootlessDockerd
+from tests.integration.rootless_dockerd import RootlessDockerd
 from tests.integration.users import USER, UserLeakCheck, checkout_reachable, make_user
 
 

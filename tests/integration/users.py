@@ -11,7 +11,6 @@ import os
 import pwd
 import shutil
 import subprocess
-import time
 import uuid
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import pytest
 from tests.integration.harness import (
     REPO,
     SCRUN,
+    Leftovers,
     machine_path,
     machines,
     on_machine,
@@ -111,13 +111,14 @@ def make_user(name: str, slurm_conf: Path | None) -> User:
     return User(name, base, slurm_conf)
 
 
-class UserLeakCheck:
+class UserLeakCheck(Leftovers):
     """What a user's test leaves behind on the login side and every node: the user's
     processes (rootless podman's own pause process aside), spool dirs, runc
     containers, task dirs, and Slurm jobs."""
 
     def __init__(self, user: User) -> None:
         self.user = user
+        self.label = f"{user.name} left behind"
         self.before = self._snapshot()
 
     def _processes(self, machine: int) -> set[str]:
@@ -154,19 +155,6 @@ class UserLeakCheck:
         if self.user.slurm_conf is not None:
             found["slurm jobs"] = slurm_jobs(self.user.slurm_conf)
         return found
-
-    def check(self, timeout: float = 15.0) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            now = self._snapshot()
-            left = {what: sorted(now[what] - self.before.get(what, set()))
-                    for what in now if now[what] - self.before.get(what, set())}
-            if not left:
-                return
-            if time.monotonic() > deadline:
-                self._clean(left)
-                pytest.fail(f"{self.user.name} left behind: {left}")
-            time.sleep(0.2)
 
     def _clean(self, left: dict[str, list[str]]) -> None:
         self.user.run("podman", "rm", "-af", "-t", "0")

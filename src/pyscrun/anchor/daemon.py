@@ -476,7 +476,6 @@ def _wait(pid: int) -> int:
     return shell_status(status)
 
 
-
 def _detach_stdio() -> None:
     null = os.open(os.devnull, os.O_RDWR)
     for target in (0, 1, 2):

@@ -46,7 +46,7 @@ class HeldAllocation:
             process = subprocess.Popen(
                 [*argv, "--", "cat"], env=env, stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                preexec_fn=identity.become_real_user)
+                preexec_fn=identity.preexec())
         except FileNotFoundError:
             raise BackendError(f"{argv[0]} not found: install slurm-client") from None
         held = cls(process)

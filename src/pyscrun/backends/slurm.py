@@ -53,7 +53,7 @@ def run_command(site: Site, argv: list[str], timeout: float = 60.0) -> subproces
     try:
         return subprocess.run(argv, env=_env(site), capture_output=True, text=True,
                               timeout=timeout, stdin=subprocess.DEVNULL, check=False,
-                              preexec_fn=identity.become_real_user)
+                              preexec_fn=identity.preexec())
     except FileNotFoundError:
         raise BackendError(f"{argv[0]} not found: install slurm-client") from None
     except subprocess.TimeoutExpired:
@@ -195,7 +195,7 @@ class SlurmBackend(Backend):
         log.current.debug(f"slurm: {' '.join(argv)}")
         done = subprocess.run(argv, env=_env(site), stdin=subprocess.DEVNULL,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False,
-                              preexec_fn=identity.become_real_user)
+                              preexec_fn=identity.preexec())
         return done.returncode, done.stdout.decode(errors="replace")
 
     def cleanup_orphan(self, site: Site, state: ContainerState) -> None:
