@@ -92,6 +92,23 @@ def test_stdin_reaches_container(dockerd: Dockerd, docker_runtime: Runtime) -> N
     assert done.stdout == b"data\n"
 
 
+def test_what_the_container_changes_in_its_rootfs_stays_its_own(
+        dockerd: Dockerd, docker_runtime: Runtime) -> None:
+    """Through Slurm the rootfs is shipped to the node and comes back once the container
+    has ended: docker diff and docker cp see what it made and removed, as with runc."""
+    name = f"d{uuid.uuid4().hex[:8]}"
+    done = dockerd.docker(*RUN, "--name", name, IMAGE, "sh", "-c",
+                          "echo made here > /made; rm /bin/ls")
+    try:
+        assert done.returncode == 0, done.stderr
+        changed = dockerd.docker("diff", name).stdout.decode().splitlines()
+        assert "A /made" in changed and "D /bin/ls" in changed, changed
+        copied = dockerd.docker("cp", f"{name}:/made", "-")
+        assert b"made here" in copied.stdout, copied.stderr
+    finally:
+        dockerd.docker("rm", "-f", name)
+
+
 def _run_detached(dockerd: Dockerd, *command: str) -> str:
     done = dockerd.docker(*RUN, "-d", IMAGE, *command)
     assert done.returncode == 0, done.stderr

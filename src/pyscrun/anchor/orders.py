@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from pyscrun.anchor.control import Connection
     from pyscrun.anchor.shipping import Shipment
     from pyscrun.anchor.spawn import CreateRequest
+    from pyscrun.anchor.staging import Staging
     from pyscrun.anchor.stand_in import StandIn
     from pyscrun.anchor.store import Store
     from pyscrun.backends.base import Backend, Step
@@ -52,6 +53,7 @@ class Orders:
     stopped_waiters: list[tuple[Connection, dict[str, Any]]]
     waiting_orders: list[tuple[Connection, dict[str, Any], float]]
     shipment: Shipment | None
+    staging: Staging
 
     def _start(self) -> None:
         raise NotImplementedError
@@ -81,11 +83,17 @@ class Orders:
         if message.get("op") == "send-bundle":
             if self.shipment is not None:
                 self.shipment.send(agent)
+                if agent.task == "0":
+                    agent.receiver = self.shipment.receiver()
             else:
                 agent.send({"op": "bundle-sent", "error": "this container ships no bundle"})
             return
         event = message.get("event")
         if event == "exit":
+            if agent.task == "0" and agent.receiver is not None and self.shipment is not None:
+                agent.receiver.close()
+                agent.receiver = None
+                self.shipment.bring_back(self.staging.rootfs)
             agent.reported_exit = True
             self.agents.exit_statuses.append(message["status"])
         elif event == "running":

@@ -14,6 +14,11 @@ gets, over the channel:
     mounts/N      each bind-mounted regular file up to 1 MiB (hosts, hostname,
                   resolv.conf), and mounts/owners.json: each one's mode, uid and gid
 
+Once the container has ended, task 0's agent sends its rootfs back as one archive,
+and the anchor puts it in place over the rootfs here (`rsync --delete`): what the
+container changed, made or removed there is seen by `podman diff`, `docker commit` or
+a build's next step, as if it had run here. The other tasks' copies are dropped.
+
 Where the node sees the bundle (the cluster file system) nothing moves.
 """
 
@@ -22,7 +27,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 
 from pyscrun import log
 from pyscrun.anchor.agents import AgentLink
@@ -32,8 +36,6 @@ from pyscrun.errors import ScrunError
 ROOTFS_ARCHIVE = "rootfs.tar"
 MOUNTS = "mounts"
 MAX_MOUNTED_FILE = 1 << 20
-# GNU tar's status for "some files differ" (changed while read): a warning, not a failure.
-_TAR_WARNED = 1
 
 
 class Shipment:
@@ -55,6 +57,35 @@ class Shipment:
             log.current.error(error)
         link.send({"op": "bundle-sent", "error": error})
 
+    def receiver(self) -> files.TreeReceiver:
+        """Where task 0's rootfs comes back."""
+        back = os.path.join(self.dir, "back")
+        os.makedirs(back, mode=0o700, exist_ok=True)
+        return files.TreeReceiver({"rootfs": back})
+
+    def bring_back(self, rootfs: str) -> None:
+        """The rootfs task 0 sent back, in place of the one here (errors logged: the
+        container has ended either way)."""
+        import subprocess
+
+        back = os.path.join(self.dir, "back")
+        archive = os.path.join(back, ROOTFS_ARCHIVE)
+        if not os.path.exists(archive):
+            return
+        try:
+            files.unpack(archive, os.path.join(back, "rootfs"))
+            os.unlink(archive)
+            done = subprocess.run(["rsync", "-aHD", "--numeric-ids", "--delete",
+                                   os.path.join(back, "rootfs") + "/", rootfs.rstrip("/") + "/"],
+                                  stdin=subprocess.DEVNULL, capture_output=True, check=False)
+            if done.returncode != 0:
+                said = done.stderr.decode(errors="replace").strip().splitlines()
+                raise ScrunError(f"rsync: {said[-1] if said else done.returncode}")
+        except (ScrunError, OSError) as err:
+            log.current.error(f"the container's changes to its rootfs did not come back: {err}")
+        finally:
+            shutil.rmtree(back, ignore_errors=True)
+
     def remove(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
 
@@ -64,7 +95,7 @@ class Shipment:
         with open(os.path.join(self.bundle, "config.json"), "rb") as source:
             config = json.load(source)
         root = os.path.join(self.bundle, config["root"]["path"])
-        _archive(root, os.path.join(self.dir, ROOTFS_ARCHIVE))
+        files.pack(root, os.path.join(self.dir, ROOTFS_ARCHIVE))
         config["root"]["path"] = "rootfs"
         owners = {}
         for number, mount in enumerate(config.get("mounts") or []):
@@ -105,12 +136,3 @@ def _small_file(path: object) -> bool:
 
     return stat.S_ISREG(info.st_mode) and info.st_size <= MAX_MOUNTED_FILE
 
-
-def _archive(root: str, archive: str) -> None:
-    if not os.path.isdir(root):
-        raise ScrunError(f"the rootfs {root} is not a directory here")
-    done = subprocess.run(["tar", "--numeric-owner", "-C", root, "-cf", archive, "."],
-                          stdin=subprocess.DEVNULL, capture_output=True, check=False)
-    if done.returncode not in (0, _TAR_WARNED):
-        said = done.stderr.decode(errors="replace").strip().splitlines()
-        raise ScrunError(f"tar of {root} failed: {said[-1] if said else done.returncode}")

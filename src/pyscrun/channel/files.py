@@ -17,6 +17,8 @@ from pyscrun.channel.peer import Peer, PeerGone
 from pyscrun.errors import ChannelError
 
 SEND_TIMEOUT = 120.0
+# GNU tar's status for "some files differ" (changed while read): a warning, not a failure.
+_TAR_WARNED = 1
 # Sent data waits in the peer's buffer up to this much before the sender waits.
 HIGH_WATER = 1 << 22
 
@@ -119,3 +121,29 @@ def fetch_tree(peer: Peer, request: str, done: str, receiver: TreeReceiver,
     finally:
         receiver.close()
         peer.sock.setblocking(False)
+
+
+def pack(root: str, archive: str) -> None:
+    """A whole tree (a rootfs) as one tar archive: links, modes and owners as numbers
+    kept, which send_tree alone does not keep."""
+    if not os.path.isdir(root):
+        raise ChannelError(f"{root} is not a directory here")
+    _tar(["--numeric-owner", "-C", root, "-cf", archive, "."], f"tar of {root}")
+
+
+def unpack(archive: str, root: str) -> None:
+    """The archive into root (made if missing), owners kept as far as this process may
+    set them (root, or root of the user namespace the owners map into)."""
+    os.makedirs(root, mode=0o755, exist_ok=True)
+    _tar(["--numeric-owner", "--same-permissions", "-C", root, "-xf", archive],
+         f"unpacking into {root}")
+
+
+def _tar(args: list[str], what: str) -> None:
+    import subprocess
+
+    done = subprocess.run(["tar", *args], stdin=subprocess.DEVNULL, capture_output=True,
+                          check=False)
+    if done.returncode not in (0, _TAR_WARNED):
+        said = done.stderr.decode(errors="replace").strip().splitlines()
+        raise ChannelError(f"{what} failed: {said[-1] if said else done.returncode}")

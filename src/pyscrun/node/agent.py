@@ -429,6 +429,12 @@ class Agent:
                 # container; anything else may have left one to kill and delete.
                 if not (foreground and status is not None and self.ended_by_itself):
                     stop_and_delete(commands)
+            if task.source != self.ident.bundle and self.ident.task_id == "0":
+                try:
+                    shipped.send_back(self.control, task.shipped_dir)
+                except ScrunError as err:
+                    log.current.error(f"the container's changes to its rootfs stay on "
+                                      f"{self.ident.node}: {err}")
         finally:
             task.cleanup()
             if self.guard is not None:

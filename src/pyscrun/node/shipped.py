@@ -1,12 +1,12 @@
 """The container's bundle where this node does not see it: fetched from the anchor
 (anchor/shipping.py) into a directory of the task's own, the rootfs unpacked there as
-the root it had on the login host, and config.json pointed at them."""
+the root it had on the login host, and config.json pointed at them. Once the container
+has ended, task 0's rootfs goes back, so that its changes reach the login host."""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -35,14 +35,12 @@ def fetch(control: peer.Peer | None, into: Path,
     except ChannelError as err:
         raise RuntimeCommandError(f"fetching the bundle failed: {err}") from None
     rootfs, archive = into / "rootfs", into / "rootfs.tar"
-    rootfs.mkdir(mode=0o755)
-    done = subprocess.run(["tar", "--numeric-owner", "--same-permissions", "-C", str(rootfs),
-                           "-xf", str(archive)], stdin=subprocess.DEVNULL,
-                          capture_output=True, check=False)
-    archive.unlink(missing_ok=True)
-    if done.returncode != 0:
-        said = done.stderr.decode(errors="replace").strip().splitlines()
-        raise RuntimeCommandError(f"unpacking the rootfs failed: {said[-1] if said else ''}")
+    try:
+        files.unpack(str(archive), str(rootfs))
+    except ChannelError as err:
+        raise RuntimeCommandError(str(err)) from None
+    finally:
+        archive.unlink(missing_ok=True)
     config_path = into / "config.json"
     config = json.loads(config_path.read_text())
     config["root"]["path"] = str(rootfs)
@@ -66,3 +64,14 @@ def _own_mounted_files(mounts: Path) -> None:
         except PermissionError:
             pass  # an agent that is no root here keeps them its own
         os.chmod(path, mode & 0o7777)
+
+
+def send_back(control: peer.Peer | None, into: Path) -> None:
+    """Task 0's rootfs as its container left it, to the anchor, which puts the changes
+    in place on the login host (`podman diff`, `docker commit`, a build's RUN)."""
+    if control is None:
+        return
+    back = into / "back"
+    back.mkdir(mode=0o700)
+    files.pack(str(into / "rootfs"), str(back / "rootfs.tar"))
+    files.send_tree(control, str(back), "rootfs")
