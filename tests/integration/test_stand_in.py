@@ -228,6 +228,28 @@ def test_podman_build_run_step_leaves_the_host_network_alone(local_runtime: Runt
         podman(local_runtime, "rmi", "-f", tag)
 
 
+def test_podman_build_run_step_through_slurm(slurm_runtime: Runtime, tmp_path: Path) -> None:
+    """buildah's bundle (under /var/tmp) and its rootfs mount are the login host's: the
+    RUN step's bundle is shipped to the node, and what it changed comes back into the
+    image."""
+    context = tmp_path / "context"
+    context.mkdir()
+    (context / "Containerfile").write_text(
+        f"FROM {IMAGE}\nRUN echo built on $SLURM_JOB_ID > /built && rm /bin/ls\n")
+    tag = f"localhost/pyscrun-built-{uuid.uuid4().hex[:8]}"
+    try:
+        done = podman(slurm_runtime, "build", "-t", tag, str(context))
+        assert done.returncode == 0, done.stderr
+        assert b"error" not in done.stderr.lower(), done.stderr
+        built = podman(slurm_runtime, "run", "--rm", tag, "sh", "-c",
+                       "cat /built; test -e /bin/ls || echo ls gone")
+        lines = built.stdout.decode().splitlines()
+        assert lines[0].startswith("built on ") and lines[0] != "built on ", built.stderr
+        assert lines[1:] == ["ls gone"]
+    finally:
+        podman(slurm_runtime, "rmi", "-f", tag)
+
+
 def _host_network() -> tuple[str, str]:
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True, check=True)
     routes = subprocess.run(["ip", "route"], capture_output=True, text=True, check=True)

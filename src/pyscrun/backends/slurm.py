@@ -112,6 +112,7 @@ class SlurmBackend(Backend):
             raise BackendError(f"{srun} not found: install slurm-client")
         argv = [srun, f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1",
                 "--job-name=scrun-exec", "--quiet", "--export=ALL", "--kill-on-bad-exit=0",
+                "--chdir=/",
                 *site.oci.SrunArgs, "--", sys.executable, "-m", "pyscrun.node.exec_into"]
         exec_env = _env(site, env)
         exec_env.pop("SLURM_JOBID", None)
@@ -136,8 +137,10 @@ class SlurmBackend(Backend):
 
     def launch(self, site: Site, allocation: Allocation, request: LaunchRequest) -> Step:
         srun = site.oci.SrunPath or "srun"
+        # --chdir: the caller's working directory (docker's bundle dir, buildah's) is
+        # often one no node has, and slurmstepd would say so on the container's stderr.
         argv = [srun, f"--jobid={allocation.job_id}", "--job-name=scrun", "--export=ALL",
-                "--kill-on-bad-exit=0"]
+                "--kill-on-bad-exit=0", "--chdir=/"]
         if request.terminal_fd is not None:
             argv.append("--pty")
         argv += list(site.oci.SrunArgs)
