@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.harness import IMAGE, Cluster, require, slurm, wait_for
+from tests.integration.harness import IMAGE, OCI_CONFS, Cluster, require, slurm, wait_for
 from tests.integration.users import (
     OTHER_USER,
     USER,
@@ -48,9 +48,15 @@ def local_user() -> Iterator[User]:
     leaks.check()
 
 
-@pytest.fixture(params=["slurm", "local"])
-def any_user(request: pytest.FixtureRequest) -> User:
-    return request.getfixturevalue(f"{request.param}_user")  # type: ignore[no-any-return]
+@pytest.fixture(params=["local/run", "local/create-start", "slurm/run", "slurm/create-start"])
+def any_user(request: pytest.FixtureRequest, cluster: Cluster) -> Iterator[User]:
+    """The user on each backend in each oci.conf mode (runc run, or create and start)."""
+    backend, mode = request.param.split("/")
+    user = make_user(USER, cluster.up(NODES) if backend == "slurm" else None, OCI_CONFS[mode])
+    checkout_reachable(user)
+    leaks = UserLeakCheck(user)
+    yield user
+    leaks.check()
 
 
 def test_output_exit_code_and_stdin(any_user: User) -> None:

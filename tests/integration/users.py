@@ -44,7 +44,8 @@ class User:
     """One ordinary user with scrun as podman's runtime: a wrapper naming the
     configuration (podman passes the runtime no environment of use) and a log."""
 
-    def __init__(self, name: str, base: Path, slurm_conf: Path | None) -> None:
+    def __init__(self, name: str, base: Path, slurm_conf: Path | None,
+                 oci_conf: str | None = None) -> None:
         self.name = name
         entry = account(name)
         self.uid, self.gid, self.home = entry.pw_uid, entry.pw_gid, Path(entry.pw_dir)
@@ -53,10 +54,12 @@ class User:
         self.slurm_conf = slurm_conf
         self.conf_dir = base / "etc"
         self.conf_dir.mkdir(parents=True)
+        if oci_conf is not None:
+            (self.conf_dir / "oci.conf").write_text(oci_conf)
         if slurm_conf is not None:
             (self.conf_dir / "slurm.conf").symlink_to(slurm_conf)
-            for name_ in ("oci.conf", "pyscrun.conf"):
-                write_node_conf(slurm_conf, name_, None)
+            write_node_conf(slurm_conf, "oci.conf", oci_conf)
+            write_node_conf(slurm_conf, "pyscrun.conf", None)
         self.log = base / "scrun.log"
         self.wrapper = base / "scrun"
         self.wrapper.write_text(f"#!/bin/sh\nexec {SCRUN} -f {self.conf_dir / 'slurm.conf'}"
@@ -103,12 +106,14 @@ class User:
             return ""
 
 
-def make_user(name: str, slurm_conf: Path | None) -> User:
+def make_user(name: str, slurm_conf: Path | None, oci_conf: str | None = None) -> User:
+    """The user with scrun as podman's runtime: Slurm through slurm_conf (None: the
+    local backend), oci_conf beside it and on every node (None: the built-in one)."""
     require("runuser", "util-linux")
     USER_TMP.mkdir(mode=0o755, parents=True, exist_ok=True)
     base = USER_TMP / f"{name}-{uuid.uuid4().hex[:10]}"
     base.mkdir(mode=0o755)
-    return User(name, base, slurm_conf)
+    return User(name, base, slurm_conf, oci_conf)
 
 
 class UserLeakCheck(Leftovers):
