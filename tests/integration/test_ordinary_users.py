@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.harness import IMAGE, OCI_CONFS, Cluster, require, slurm, wait_for
+from tests.integration.harness import IMAGE, OCI_CONFS, SCRUN, Cluster, require, slurm, wait_for
 from tests.integration.users import (
     OTHER_USER,
     USER,
@@ -241,3 +241,13 @@ def test_man_page_rsync_example_for_an_ordinary_user(slurm_user: User) -> None:
     assert f"/{slurm_user.uid}/slurm/scrun/" in root_source, root_source
     stage_root = scratch / str(slurm_user.uid) / "slurm" / "scrun"
     assert not stage_root.exists() or list(stage_root.iterdir()) == []
+
+
+def test_srun_cr_tells_an_ordinary_user_why_not(slurm_user: User) -> None:
+    """srun_cr runs each task ready for CRIU, which needs root: one line, and no job."""
+    srun_cr = str(Path(SCRUN).parent / "srun_cr")
+    done = slurm_user.run(srun_cr, "-N2", "-n2", "hostname")
+    said = done.stderr.decode().strip()
+    assert done.returncode == 1
+    assert said.splitlines() == [said] and "needs root" in said and "srun" in said, said
+    assert done.stdout == b""

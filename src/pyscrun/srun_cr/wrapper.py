@@ -20,7 +20,7 @@ import sys
 import time
 from typing import Any, NoReturn
 
-from pyscrun import linux, log, messages
+from pyscrun import identity, linux, log, messages
 from pyscrun.anchor.control import Connection, ControlSocket
 from pyscrun.channel import frames, peer, tcp
 from pyscrun.conf import site
@@ -124,6 +124,11 @@ class Wrapper:
 
     def run(self) -> NoReturn:
         srun = _srun(self.environ)
+        if not identity.is_root():
+            raise CheckpointError(
+                "srun_cr runs every task ready for CRIU, which needs root: as an ordinary "
+                "user, run the step with srun (checkpoints of ordinary users' steps are "
+                "not supported yet)")
         self.criu = criu.find(self.environ)
         registry.prepare(self.run_dir)
         self.socket_path = registry.socket_path(self.run_dir)
