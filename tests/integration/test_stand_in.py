@@ -237,10 +237,12 @@ def test_podman_build_run_step_through_slurm(slurm_runtime: Runtime, tmp_path: P
     (context / "Containerfile").write_text(
         f"FROM {IMAGE}\nRUN echo built on $SLURM_JOB_ID > /built && rm /bin/ls\n")
     tag = f"localhost/pyscrun-built-{uuid.uuid4().hex[:8]}"
+    before = _host_network()
     try:
         done = podman(slurm_runtime, "build", "-t", tag, str(context))
         assert done.returncode == 0, done.stderr
         assert b"error" not in done.stderr.lower(), done.stderr
+        assert _host_network() == before
         built = podman(slurm_runtime, "run", "--rm", tag, "sh", "-c",
                        "cat /built; test -e /bin/ls || echo ls gone")
         lines = built.stdout.decode().splitlines()

@@ -139,7 +139,10 @@ class Anchor(Orders):
             self.staging.stage_in(self.allocation)
             same_rootfs = self.staging.rootfs == self.state.rootfs
         # The stand-in's root is the container's rootfs where this host sees the copy
-        # the container runs from, else nothing.
+        # the container runs from, else nothing: a rootfs mounted here goes to the
+        # nodes as a copy (anchor/shipping.py).
+        if self.backend.name == "slurm" and os.path.ismount(self.state.rootfs):
+            same_rootfs = False
         self.stand_in.set_root(os.path.realpath(self.state.rootfs) if same_rootfs else "")
         self.selector.register(os.pidfd_open(self.stand_in.pid), selectors.EVENT_READ, "stand-in")
         self.state.status = CREATED
