@@ -139,3 +139,25 @@ busybox_rootfs_tar() {
     mv -f "$tmp/rootfs.tar" "$out"
     rm -rf "$tmp"
 }
+
+# podman_machine_settings: the containers.conf settings this kind of machine needs for
+# podman, root's or an ordinary user's; the caller appends its own [engine] keys and
+# sections after them.
+podman_machine_settings() {
+    cat <<'EOF'
+[containers]
+# The shell lacks CAP_SYS_RESOURCE: podman's default rlimits would fail.
+default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
+# No journald here.
+log_driver = "k8s-file"
+# No network setup (and no firewall changes); the container runs on another machine.
+netns = "none"
+
+[engine]
+# No systemd here.
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+# crun fails on this machine's hybrid cgroups; runc works.
+runtime = "runc"
+EOF
+}

@@ -63,19 +63,10 @@ driver = "vfs"
 graphroot = "$home/containers/storage"
 runroot = "$home/containers/run"
 EOF
-    runuser -u "$user" -- tee "$conf/containers.conf" >/dev/null <<EOF
-# Written by pyscrun's scripts/users-setup.sh, as Slurm's container guide sets up podman.
-[containers]
-# The shell lacks CAP_SYS_RESOURCE: podman's default rlimits would fail.
-default_ulimits = ["nofile=20000:20000", "nproc=32768:32768"]
-log_driver = "k8s-file"
-netns = "none"
-
-[engine]
-cgroup_manager = "cgroupfs"
-events_logger = "file"
-runtime = "runc"
-EOF
+    {
+        echo "# Written by pyscrun's scripts/users-setup.sh, as Slurm's container guide sets up podman."
+        podman_machine_settings
+    } | runuser -u "$user" -- tee "$conf/containers.conf" >/dev/null
 }
 
 as_user() {
