@@ -44,6 +44,7 @@ class Shipment:
     def __init__(self, bundle: str, spool_dir: str) -> None:
         self.bundle = bundle
         self.dir = os.path.join(spool_dir, "shipment")
+        self.back = os.path.join(self.dir, "back")  # where task 0's rootfs comes back
         self.built = False
 
     def send(self, link: AgentLink) -> None:
@@ -58,33 +59,23 @@ class Shipment:
         link.send({"op": "bundle-sent", "error": error})
 
     def receiver(self) -> files.TreeReceiver:
-        """Where task 0's rootfs comes back."""
-        back = os.path.join(self.dir, "back")
-        os.makedirs(back, mode=0o700, exist_ok=True)
-        return files.TreeReceiver({"rootfs": back})
+        os.makedirs(self.back, mode=0o700, exist_ok=True)
+        return files.TreeReceiver({"rootfs": self.back})
 
     def bring_back(self, rootfs: str) -> None:
         """The rootfs task 0 sent back, in place of the one here (errors logged: the
         container has ended either way)."""
-        import subprocess
-
-        back = os.path.join(self.dir, "back")
-        archive = os.path.join(back, ROOTFS_ARCHIVE)
+        archive = os.path.join(self.back, ROOTFS_ARCHIVE)
         if not os.path.exists(archive):
             return
         try:
-            files.unpack(archive, os.path.join(back, "rootfs"))
+            files.unpack(archive, os.path.join(self.back, "rootfs"))
             os.unlink(archive)
-            done = subprocess.run(["rsync", "-aHD", "--numeric-ids", "--delete",
-                                   os.path.join(back, "rootfs") + "/", rootfs.rstrip("/") + "/"],
-                                  stdin=subprocess.DEVNULL, capture_output=True, check=False)
-            if done.returncode != 0:
-                said = done.stderr.decode(errors="replace").strip().splitlines()
-                raise ScrunError(f"rsync: {said[-1] if said else done.returncode}")
+            files.mirror(os.path.join(self.back, "rootfs"), rootfs)
         except (ScrunError, OSError) as err:
             log.current.error(f"the container's changes to its rootfs did not come back: {err}")
         finally:
-            shutil.rmtree(back, ignore_errors=True)
+            shutil.rmtree(self.back, ignore_errors=True)
 
     def remove(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)

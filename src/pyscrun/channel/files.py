@@ -139,11 +139,21 @@ def unpack(archive: str, root: str) -> None:
          f"unpacking into {root}")
 
 
+def mirror(source: str, target: str) -> None:
+    """target made the same tree as source: changed files replaced, new ones made,
+    missing ones removed (on an overlay the removals become its whiteouts)."""
+    _run(["rsync", "-aHD", "--numeric-ids", "--delete", source.rstrip("/") + "/",
+          target.rstrip("/") + "/"], f"rsync into {target}", (0,))
+
+
 def _tar(args: list[str], what: str) -> None:
+    _run(["tar", *args], what, (0, _TAR_WARNED))
+
+
+def _run(argv: list[str], what: str, fine: tuple[int, ...]) -> None:
     import subprocess
 
-    done = subprocess.run(["tar", *args], stdin=subprocess.DEVNULL, capture_output=True,
-                          check=False)
-    if done.returncode not in (0, _TAR_WARNED):
+    done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, check=False)
+    if done.returncode not in fine:
         said = done.stderr.decode(errors="replace").strip().splitlines()
         raise ChannelError(f"{what} failed: {said[-1] if said else done.returncode}")

@@ -14,6 +14,7 @@ import json
 import os
 import subprocess
 
+from pyscrun import identity
 from pyscrun.errors import ScrunError
 
 ENV = "PYSCRUN_AGENT_USERNS"
@@ -25,13 +26,9 @@ def enter_from(env: dict[str, str]) -> None:
     wanted = env.get(ENV, "")
     if not wanted or _maps_its_own_users(env.get("PYSCRUN_AGENT_BUNDLE", "")):
         return
+    if identity.namespace_maps() == wanted:
+        return  # already there (an agent forked inside it)
     uid_map, _, gid_map = wanted.partition(";")
-    try:
-        with open("/proc/self/uid_map") as current:
-            if ",".join(" ".join(line.split()) for line in current if line.strip()) == uid_map:
-                return  # already there (an agent forked inside it)
-    except OSError:
-        pass
     _enter(uid_map, gid_map)
 
 
