@@ -99,22 +99,6 @@ install_package() {
 
 # ---- Debian 12 -----------------------------------------------------------------
 
-# The base URI of the machine's own Debian entry for suite $1 (component main), as
-# apt itself parses it from sources.list, sources.list.d/*.list and *.sources.
-mirror_uri() {
-    local codename=$1 target uri release rel_codename component
-    # shellcheck disable=SC2016 # apt's $(FIELD) placeholders
-    local fmt='$(TARGET_OF) $(REPO_URI) $(RELEASE) $(CODENAME) $(COMPONENT)'
-    while read -r target uri release rel_codename component; do
-        [[ $target == deb && $component == main ]] || continue
-        if [[ $release == "$codename" || ($rel_codename == "$codename" && $release != */* && $release != *-*) ]]; then
-            printf '%s\n' "${uri%/}"
-            return 0
-        fi
-    done < <(apt-get indextargets --format "$fmt" 'Created-By: Packages' 2>/dev/null)
-    return 1
-}
-
 new_stage() {
     STAGE="$(mktemp -d "$PREFIX.new.XXXXXX")"
     chmod 0755 "$STAGE"

@@ -16,7 +16,7 @@ PACKAGES=(
     slurmctld slurmd slurm-client munge
     python3-venv python3-dev
     tmux uidmap rsync procps psmisc iproute2 util-linux fuse-overlayfs tini rootlesskit
-    gcc libc6-dev
+    gcc libc6-dev exfat-fuse exfatprogs
 )
 APT_LOG=/tmp/pyscrun-setup-apt.log
 
@@ -32,9 +32,10 @@ setup_venv() {
     # python3, or from another Python version (e.g. after an upgrade to 13).
     if [[ $have != "$want" ]] || ! grep -qx 'home = /usr/bin' "$venv/pyvenv.cfg" 2>/dev/null; then
         [[ -e $venv ]] && say "recreating $venv (was: ${have:-unusable})"
-        rm -rf "$venv"
         say "creating venv $venv (python $want)"
-        "$py" -m venv "$venv" || die "python3 -m venv failed (package python3-venv)"
+        # --clear empties the directory rather than removing it: it may be a mount
+        # point (scripts/debian13.sh puts a venv of its own there).
+        "$py" -m venv --clear "$venv" || die "python3 -m venv failed (package python3-venv)"
     fi
 
     local pyproject=$REPO/pyproject.toml stamp=$venv/.installed

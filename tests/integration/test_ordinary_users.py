@@ -17,7 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.harness import IMAGE, OCI_CONFS, SCRUN, Cluster, require, slurm, wait_for
+from tests.integration.harness import (
+    IMAGE,
+    OCI_CONFS,
+    SCRUN,
+    Cluster,
+    make_bundle,
+    require,
+    slurm,
+    wait_for,
+)
 from tests.integration.users import (
     OTHER_USER,
     USER,
@@ -223,6 +232,47 @@ def test_an_unusable_runtime_dir_is_one_line_naming_the_fix(local_user: User) ->
     assert "mode 0700" in said
     assert not Path("/tmp/pyscrun").exists()
 
+
+@pytest.fixture
+def socketless_dir(local_user: User, tmp_path: Path) -> Iterator[Path]:
+    """A directory of the user's alone on a file system that holds no sockets: exFAT,
+    through FUSE, on a loop device."""
+    for binary, package in (("losetup", "mount"), ("mkfs.exfat", "exfatprogs"),
+                            ("mount.exfat-fuse", "exfat-fuse")):
+        require(binary, package)
+    image = tmp_path / "exfat.img"
+    with image.open("wb") as made:
+        made.truncate(8 << 20)
+    subprocess.run(["mkfs.exfat", str(image)], check=True, capture_output=True)
+    device = subprocess.run(["losetup", "--find", "--show", str(image)], check=True,
+                            capture_output=True, text=True).stdout.strip()
+    mountpoint = local_user.base / "exfat"
+    mountpoint.mkdir()
+    try:
+        subprocess.run(["mount.exfat-fuse", "-o",
+                        f"uid={local_user.uid},gid={local_user.gid},umask=077",
+                        device, str(mountpoint)], check=True, capture_output=True)
+        try:
+            yield mountpoint
+        finally:
+            subprocess.run(["umount", str(mountpoint)], check=True)
+    finally:
+        subprocess.run(["losetup", "-d", device], check=True)
+
+
+def test_a_runtime_dir_that_cannot_hold_sockets_is_one_line_naming_the_fix(
+        local_user: User, socketless_dir: Path) -> None:
+    """create fails in one line that names the directory and the fix, and leaves no
+    spool dir, anchor or container behind."""
+    bundle = make_bundle(local_user.base, ["true"])
+    done = local_user.run(str(local_user.wrapper), "create", "--bundle", str(bundle), "c1",
+                          env={"XDG_RUNTIME_DIR": str(socketless_dir)})
+    said = done.stderr.decode().strip()
+    assert done.returncode != 0
+    assert len(said.splitlines()) == 1, said
+    assert f"cannot make a socket in {socketless_dir}/pyscrun/c1" in said, said
+    assert "cannot hold Unix sockets" in said and "XDG_RUNTIME_DIR" in said, said
+    assert list((socketless_dir / "pyscrun").iterdir()) == []
 
 
 def test_man_page_rsync_example_for_an_ordinary_user(slurm_user: User) -> None:

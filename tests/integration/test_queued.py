@@ -26,7 +26,8 @@ WITHDRAWN_WITHIN = 10.0
 def held_job(slurm_runtime: Runtime) -> Iterator[str]:
     """A held job of the test cluster: a container depending on it stays queued."""
     conf = slurm_runtime.slurm_conf.resolve()
-    done = slurm(conf, "sbatch", "--hold", "--parsable", "-J", "pyscrun-held", "--wrap", "true")
+    done = slurm(conf, "sbatch", "--hold", "--parsable", "-J", "pyscrun-held",
+                 "--output=/dev/null", "--wrap", "true")
     assert done.returncode == 0, done.stderr
     job = done.stdout.strip().split(";")[0]
     yield job

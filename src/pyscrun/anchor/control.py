@@ -8,6 +8,7 @@ take the anchor's descriptors or its loop.
 
 from __future__ import annotations
 
+import os
 import selectors
 import socket
 import time
@@ -59,7 +60,15 @@ class ControlSocket:
         self.channel = channel  # whose requests, in the message table
         self.clients: list[Connection] = []
         self.crowded_logged = -CLIENT_IDLE
-        self.listener = protocol.listen(path)
+        try:
+            self.listener = protocol.listen(path)
+        except OSError as err:
+            # The socket's directory is new and private: what fails is its file system
+            # (exFAT, some FUSE and network file systems hold no sockets).
+            raise ScrunError(
+                f"cannot make a socket in {os.path.dirname(path)} ({err.strerror}): its file "
+                "system cannot hold Unix sockets; use a directory on a local file system "
+                "(XDG_RUNTIME_DIR=/run/user/UID, or --root)") from None
         self.listener.setblocking(False)
         selector.register(self.listener, selectors.EVENT_READ, self)
 
