@@ -3,7 +3,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup lint test unit integration demo bench cluster-up cluster-down clean
+.PHONY: setup lint test test-debian13 unit integration demo bench cluster-up cluster-down clean
 
 setup:
 	bash scripts/setup.sh
@@ -15,6 +15,10 @@ lint: setup
 test: setup
 	$(MAKE) --no-print-directory lint
 	$(PY) -m pytest $(PYTEST_ARGS) tests
+
+# The whole suite again in a Debian 13 root (Slurm 24.11, podman 5.4) on this kernel.
+test-debian13:
+	bash scripts/debian13.sh make test PYTEST_ARGS="$(PYTEST_ARGS)"
 
 unit: setup
 	$(PY) -m pytest $(PYTEST_ARGS) tests/unit

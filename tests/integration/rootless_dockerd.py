@@ -68,7 +68,9 @@ class RootlessDockerd:
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd="/",
                 start_new_session=True)
         deadline = time.monotonic() + START_TIMEOUT
-        while not (self.socket.exists() and self.docker("version").returncode == 0):
+        # Ready when it answers; not `docker version`, which docker 26 answers by
+        # panicking under rootlesskit's host network (the rootlesskit it asks has none).
+        while not (self.socket.exists() and self.docker("ps", "-q").returncode == 0):
             if self.process.poll() is not None or time.monotonic() > deadline:
                 said = log_tail(self.log)
                 self.stop()
