@@ -90,9 +90,12 @@ enter() {
         mount -t tmpfs -o mode=1777 tmpfs "$ROOT/$m"
     done
     chmod 0755 "$ROOT/run"
-    mkdir -p "$ROOT$REPO" "$DIR/venv" "$REPO/.venv"
+    # One venv per checkout, as on the host: its editable install names the checkout.
+    local venv
+    venv="$DIR/venvs/$(printf '%s' "$REPO" | sha256sum | cut -c1-16)"
+    mkdir -p "$ROOT$REPO" "$venv" "$REPO/.venv"
     mount --bind "$REPO" "$ROOT$REPO"
-    mount --bind "$DIR/venv" "$ROOT$REPO/.venv"
+    mount --bind "$venv" "$ROOT$REPO/.venv"
     site_settings
     cd "$ROOT"
     mkdir -p .host
