@@ -75,6 +75,7 @@ CHANNELS: dict[str, dict[str, dict[str, Field]]] = {
         "op resume": {},
         "op update": {"resources": Field(dict, required=True)},
         "op ps": {},
+        "op stats": {},
     },
     # a node agent to its anchor, over the channel
     "agent": {
@@ -88,8 +89,9 @@ CHANNELS: dict[str, dict[str, dict[str, Field]]] = {
         "event running": {"pid": Field(int, NONE, low=1, high=(1 << 22))},
         "event checkpointed": {"error": ERROR},
         "event ordered": {"order": Field(str, required=True,
-                                         choices=("pause", "resume", "update", "ps")),
-                          "error": ERROR, "pids": Field(list, NONE)},
+                                         choices=("pause", "resume", "update", "ps", "stats")),
+                          "error": ERROR, "pids": Field(list, NONE),
+                          "stats": Field(dict, NONE)},
     },
     # the anchor to a node agent
     "orders": {
@@ -103,6 +105,7 @@ CHANNELS: dict[str, dict[str, dict[str, Field]]] = {
         "op resume": {},
         "op update": {"resources": Field(dict, required=True)},
         "op ps": {},
+        "op stats": {},
     },
     # `srun_cr checkpoint` to srun_cr, over its Unix socket
     "srun_cr control": {

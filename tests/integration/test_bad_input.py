@@ -95,12 +95,6 @@ def test_unknown_verb_and_flag(run_mode_runtime: Runtime, tmp_path: Path) -> Non
     _assert_clean_failure(run_mode_runtime.scrun("state", "--bogus", "x"), "not defined")
 
 
-@pytest.mark.parametrize("verb", ["events"])
-def test_verbs_not_built_yet_say_so(run_mode_runtime: Runtime, tmp_path: Path, verb: str) -> None:
-    done = run_mode_runtime.scrun(verb, "--help")
-    _assert_clean_failure(done, "not supported yet")
-
-
 def test_terminal_without_console_socket(run_mode_runtime: Runtime, tmp_path: Path) -> None:
     bundle = make_bundle(tmp_path, ["sh"], terminal=True)
     done = run_mode_runtime.scrun("create", "-b", str(bundle), "x")

@@ -111,7 +111,7 @@ class Orders:
             self._give_waiting_orders()
         elif event == "ordered":
             if self.task_order is not None:
-                self.task_order.answered(agent, message.get("error"), message.get("pids"))
+                self.task_order.answered(agent, message)
             self._answer_task_order()
         elif event == "checkpointed":
             error = message.get("error")
@@ -167,7 +167,7 @@ class Orders:
             client.send({"ok": False, "error": str(err)})
 
     def _order_tasks(self, client: Connection, message: dict[str, Any]) -> None:
-        """pause, resume, update or ps every task; the client's answer comes once all
+        """pause, resume, update, ps or stats every task; the client's answer comes once all
         answered."""
         op = message["op"]
         rule = RULES[op]
@@ -202,7 +202,8 @@ class Orders:
         # The tasks' pids name processes of this host only on the local backend: the
         # nodes' mean nothing here, and what stands for them is the stand-in.
         pids = sorted(order.pids) if self.backend.name == "local" else [self.stand_in.pid]
-        order.client.send({"ok": True, "state": self.state.oci_document(), "pids": pids})
+        order.client.send({"ok": True, "state": self.state.oci_document(), "pids": pids,
+                           "stats": order.stats})
 
     def _checkpoint(self, client: Connection, order: dict[str, Any]) -> None:
         if self.state.status != RUNNING:

@@ -31,12 +31,11 @@ class Flag:
 class Verb:
     """A runc verb: its handler ("module:function"), positional args and flags."""
 
-    __slots__ = ("args", "command", "flags", "handler", "help", "name", "optional_args",
-                 "supported")
+    __slots__ = ("args", "command", "flags", "handler", "help", "name", "optional_args")
 
     def __init__(self, name: str, handler: str, args: tuple[str, ...] = (),
                  optional_args: tuple[str, ...] = (), flags: tuple[Flag, ...] = (),
-                 help: str = "", supported: bool = True, command: bool = False) -> None:
+                 help: str = "", command: bool = False) -> None:
         # command: after its args come a command's own words (flags included), as
         # with `runc exec ID sh -c ...`; the verb's flags go before them.
         self.command = command
@@ -46,7 +45,6 @@ class Verb:
         self.optional_args = optional_args
         self.flags = flags
         self.help = help
-        self.supported = supported
 
 
 GLOBAL_FLAGS = (
@@ -166,8 +164,10 @@ VERBS = {
                     Flag(("cwd",), True, "working directory of the process"),
                     Flag(("preserve-fds",), True, ignored=True)),
              help="run a process in the running container (task 0)", command=True),
-        Verb("events", "", ("container-id",), help="events (not supported yet)",
-             supported=False),
+        Verb("events", "pyscrun.cli.events:events", ("container-id",),
+             flags=(Flag(("stats",), help="print the figures once and exit"),
+                    Flag(("interval",), True, "time between figures (default 5s)")),
+             help="the figures of every task (cpu, memory, pids), as runc events prints them"),
     )
 }
 
@@ -251,8 +251,6 @@ def parse(argv: list[str]) -> Parsed:
     verb = VERBS.get(name)
     if verb is None:
         raise UsageError(f"no such command: {name!r} (see --help)")
-    if not verb.supported:
-        return Parsed(verb, options)
     # Go's flag parsing stops at the first positional; runc's docker shim relies on
     # flags before the id, but accepting them after it as well costs nothing (except
     # where a command follows the id: its words are its own).

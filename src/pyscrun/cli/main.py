@@ -8,7 +8,7 @@ import sys
 
 from pyscrun import __version__, log
 from pyscrun.cli import flags
-from pyscrun.errors import NotSupported, UsageError, exit_status_of
+from pyscrun.errors import UsageError, exit_status_of
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -78,8 +78,6 @@ def run(argv: list[str]) -> int:
     if options.get("help") or verb is None:
         print(flags.help_text(verb))
         return 0 if options.get("help") else 2
-    if not verb.supported:
-        raise NotSupported(f"{verb.name} is not supported yet by pyscrun")
     log.current.debug(f"{verb.name} {parsed.args}")
     return _handler(verb.handler)(Context(options, parsed.args))
 

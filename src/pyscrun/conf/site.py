@@ -29,11 +29,13 @@ PYSCRUN_DEFAULTS = {
     "RunTimeResume": "",
     "RunTimeUpdate": "",
     "RunTimeExec": "",
+    "RunTimeStats": "",
 }
 # The verb each is derived with, and what follows it before the container's name.
 _DERIVED = {"RunTimeCheckpoint": "checkpoint %@", "RunTimeRestore": "restore %@ --bundle %b",
             "RunTimePause": "pause", "RunTimeResume": "resume",
-            "RunTimeUpdate": "update --resources %@", "RunTimeExec": "exec --process %@"}
+            "RunTimeUpdate": "update --resources %@", "RunTimeExec": "exec --process %@",
+            "RunTimeStats": "events --stats"}
 _PYSCRUN_KEYS = {name.lower(): name for name in PYSCRUN_DEFAULTS}
 
 
@@ -49,6 +51,7 @@ class PyscrunConf:
     RunTimeResume: str
     RunTimeUpdate: str
     RunTimeExec: str
+    RunTimeStats: str
 
     def __init__(self, **values: str) -> None:
         for name, default in PYSCRUN_DEFAULTS.items():

@@ -147,6 +147,8 @@ class Agent:
                 elif op == "ps":
                     self._send({"event": "ordered", "order": "ps", "error": None,
                                 "pids": self._processes()})
+                elif op == "stats":
+                    self._stats()
                 elif op in _TASK_ORDERS:
                     self._carry_out(message)
             except ValueError as err:
@@ -189,6 +191,25 @@ class Agent:
         except ScrunError as err:
             error = str(err)
         self._send({"event": "ordered", "order": op, "error": error})
+
+    def _stats(self) -> None:
+        """The figures of the task's container, as the runtime's `events --stats` prints
+        them: `{"type": "stats", "id": ..., "data": FIGURES}`."""
+        figures, error = None, None
+        try:
+            if self.commands is None:
+                raise RuntimeCommandError("the container is not running yet")
+            self.commands.require("RunTimeStats")
+            printed = self.commands.run_checked("RunTimeStats")
+            try:
+                figures = json.loads(printed).get("data")
+            except (ValueError, AttributeError):
+                figures = None
+            if not isinstance(figures, dict):
+                raise RuntimeCommandError(f"RunTimeStats printed no figures: {printed[:200]!r}")
+        except ScrunError as err:
+            error = str(err)
+        self._send({"event": "ordered", "order": "stats", "error": error, "stats": figures})
 
     def _processes(self) -> list[int]:
         """Every process of the task's container: its init and all below it."""

@@ -65,13 +65,14 @@ class RuntimeCommands:
                 "in pyscrun.conf")
 
     def run_checked(self, directive: str, args: list[str] | None = None,
-                    timeout: float = 60.0) -> None:
-        """Run a command to completion; RuntimeCommandError with its last line if it
-        fails."""
+                    timeout: float = 60.0) -> str:
+        """Run a command to completion: its stdout; RuntimeCommandError with its last
+        line if it fails."""
         code, output = self.run(directive, timeout=timeout, args=args)
         if code != 0:
             last = output.strip().splitlines()[-1] if output.strip() else f"exit status {code}"
             raise RuntimeCommandError(f"{directive} failed: {last}")
+        return output
 
     def run(self, directive: str, timeout: float = 60.0, args: list[str] | None = None,
             ) -> tuple[int, str]:
