@@ -4,7 +4,6 @@ backends, both oci.conf modes, on a private dockerd the tests start and stop."""
 from __future__ import annotations
 
 import re
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,10 +20,10 @@ from tests.integration.harness import (
     make_runtime,
     make_slurm_runtime,
     processes_mentioning,
-    require,
     slurm,
     wait_for,
 )
+from tests.integration.terminal import at_a_terminal
 
 RUN = ("run", "--runtime", RUNTIME, "--network", "none")
 
@@ -172,41 +171,8 @@ def test_rm_force_removes_a_running_container(dockerd: Dockerd, docker_runtime: 
 
 
 def test_interactive_terminal_under_tmux(dockerd: Dockerd, docker_runtime: Runtime, tmp_path: Path) -> None:
-    require("tmux", "tmux")
-    # A tmux server of the test's own: nothing a user runs in tmux is touched.
-    server = f"pyscrun-docker-{uuid.uuid4().hex[:8]}"
-
-    def tmux(*args: str) -> str:
-        return subprocess.run(["tmux", "-L", server, *args], capture_output=True, text=True,
-                              check=True).stdout
-
-    def screen() -> str:
-        return tmux("capture-pane", "-p", "-t", "t")
-
-    def wait_screen(text: str, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while text not in screen() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert text in screen(), screen()
-
-    result = tmp_path / "result"
-    command = (f"env DOCKER_HOST={dockerd.env['DOCKER_HOST']} docker {' '.join(RUN)} -it --rm"
-               f" {IMAGE} sh; echo $? > {result}")
-    tmux("new-session", "-d", "-s", "t", "-x", "100", "-y", "30", command)
-    try:
-        wait_screen("#", 30)
-        tmux("send-keys", "-t", "t", "echo typed$((40+2)); stty size", "Enter")
-        wait_screen("30 100", 10)
-        assert "typed42" in screen()
-        tmux("resize-window", "-t", "t", "-x", "80", "-y", "20")
-        time.sleep(0.5)
-        tmux("send-keys", "-t", "t", "stty size", "Enter")
-        wait_screen("20 80", 10)
-        tmux("send-keys", "-t", "t", "exit 5", "Enter")
-        wait_for(result.exists, 20, "docker run -it to end")
-        assert result.read_text().strip() == "5"
-    finally:
-        subprocess.run(["tmux", "-L", server, "kill-server"], capture_output=True, check=False)
+    at_a_terminal(f"env DOCKER_HOST={dockerd.env['DOCKER_HOST']} docker {' '.join(RUN)} -it --rm"
+                  f" {IMAGE} sh", tmp_path / "result")
 
 
 def test_container_prints_its_slurm_job_id(dockerd: Dockerd, docker_slurm_runtime: Runtime) -> None:

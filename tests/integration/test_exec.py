@@ -6,7 +6,8 @@ import json
 import uuid
 from pathlib import Path
 
-from tests.integration.harness import IMAGE, Runtime, make_bundle, podman, wait_for
+from tests.integration.harness import IMAGE, Runtime, make_bundle, podman, podman_env, wait_for
+from tests.integration.terminal import at_a_terminal
 
 
 def _running(runtime: Runtime, *options: str) -> str:
@@ -36,14 +37,32 @@ def test_podman_exec_runs_in_the_container_with_its_status_and_stdio(runtime: Ru
         podman(runtime, "rm", "-f", "-t", "0", name)
 
 
-def test_exec_with_a_terminal_is_refused_in_one_line(runtime: Runtime) -> None:
+def test_podman_exec_it_gives_a_working_terminal(runtime: Runtime, tmp_path: Path) -> None:
+    """`podman exec -it NAME sh` under tmux: typed commands run at the terminal's size,
+    a resize reaches the shell, and its exit status is podman's."""
     name = _running(runtime)
+    exports = " ".join(f"{k}={v}" for k, v in podman_env().items() if k.startswith("CONTAINERS_"))
     try:
-        done = podman(runtime, "exec", "-t", name, "true")
-        assert done.returncode != 0
-        assert b"exec with a terminal is not supported yet" in done.stderr
+        at_a_terminal(f"env {exports} podman --runtime {runtime.wrapper} exec -it {name} sh",
+                      tmp_path / "result")
+        # The container goes on: the terminal was the exec's alone.
+        assert podman(runtime, "exec", name, "true").returncode == 0
     finally:
         podman(runtime, "rm", "-f", "-t", "0", name)
+
+
+def test_runc_refuses_what_cannot_go_with_a_terminal(local_runtime: Runtime) -> None:
+    name = _running(local_runtime)
+    container_id = podman(local_runtime, "inspect", "--format", "{{.Id}}", name).stdout.decode().strip()
+    try:
+        detached = local_runtime.scrun("exec", "-t", "-d", container_id, "true")
+        assert detached.returncode == 2
+        assert "cannot allocate tty if runc will detach without setting console socket" in detached.stderr
+        socket_only = local_runtime.scrun("exec", "--console-socket", "/nonexistent", container_id,
+                                          "true")
+        assert socket_only.returncode == 2 and "will not detach or allocate tty" in socket_only.stderr
+    finally:
+        podman(local_runtime, "rm", "-f", "-t", "0", name)
 
 
 def test_exec_into_a_container_that_is_not_running(local_runtime: Runtime, tmp_path: Path) -> None:

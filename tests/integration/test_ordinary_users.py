@@ -11,7 +11,6 @@ import json
 import shlex
 import subprocess
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +26,7 @@ from tests.integration.harness import (
     slurm,
     wait_for,
 )
+from tests.integration.terminal import at_a_terminal
 from tests.integration.users import (
     OTHER_USER,
     USER,
@@ -132,29 +132,9 @@ def test_a_container_in_the_users_own_allocation(slurm_user: User) -> None:
 
 
 def test_interactive_terminal_under_tmux(any_user: User) -> None:
-    require("tmux", "tmux")
-    session = f"pyscrun-{uuid.uuid4().hex[:8]}"
-    result = any_user.base / "result"
-    command = shlex.join(any_user.command(["sh", "-c", (
-        f"podman --runtime {any_user.wrapper} run -it --rm {IMAGE} sh; echo $? > {result}")]))
-    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "100", "-y", "30",
-                    command], check=True)
-
-    def screen() -> str:
-        return subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True,
-                              text=True, check=False).stdout
-
-    try:
-        wait_for(lambda: "#" in screen(), 60, "the container's prompt")
-        subprocess.run(["tmux", "send-keys", "-t", session, "echo typed$((40+2)); stty size",
-                        "Enter"], check=True)
-        wait_for(lambda: "30 100" in screen(), 20, f"stty size in\n{screen()}")
-        assert "typed42" in screen()
-        subprocess.run(["tmux", "send-keys", "-t", session, "exit 4", "Enter"], check=True)
-        wait_for(result.exists, 30, "the exit status")
-        assert result.read_text().strip() == "4"
-    finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True, check=False)
+    command = shlex.join(any_user.command(
+        ["podman", "--runtime", str(any_user.wrapper), "run", "-it", "--rm", IMAGE, "sh"]))
+    at_a_terminal(command, any_user.base / "result", status=4, resize=False)
 
 
 def test_detached_container_stop_kill_and_rm(any_user: User) -> None:

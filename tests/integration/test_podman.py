@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -13,9 +12,9 @@ from tests.integration.harness import (
     hangs_and_failures,
     podman,
     podman_env,
-    require,
     wait_for,
 )
+from tests.integration.terminal import at_a_terminal
 
 
 def test_echo_prints_output(runtime: Runtime) -> None:
@@ -90,48 +89,10 @@ def test_rm_force_removes_a_running_container(runtime: Runtime) -> None:
     assert name not in listed.split()
 
 
-def _tmux(*args: str) -> str:
-    return subprocess.run(["tmux", *args], capture_output=True, text=True, check=True).stdout
-
-
 def test_interactive_terminal_under_tmux(runtime: Runtime, tmp_path: Path) -> None:
-    require("tmux", "tmux")
-    session = f"pyscrun-{uuid.uuid4().hex[:8]}"
-    env = podman_env()
-    exports = " ".join(f"{k}={v}" for k, v in env.items()
-                       if k.startswith("CONTAINERS_"))
-    result = tmp_path / "result"
-    command = (f"env {exports} podman --runtime {runtime.wrapper} run -it --rm {IMAGE} sh;"
-               f" echo $? > {result}")
-    _tmux("new-session", "-d", "-s", session, "-x", "100", "-y", "30", command)
-    try:
-        def screen() -> str:
-            return _tmux("capture-pane", "-p", "-t", session)
-
-        deadline = time.monotonic() + 30
-        while "#" not in screen() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert "#" in screen(), f"no prompt:\n{screen()}"
-        _tmux("send-keys", "-t", session, "echo typed$((40+2)); stty size", "Enter")
-        deadline = time.monotonic() + 10
-        while "30 100" not in screen() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert "typed42" in screen()
-        assert "30 100" in screen()
-        _tmux("resize-window", "-t", session, "-x", "80", "-y", "20")
-        time.sleep(0.5)
-        _tmux("send-keys", "-t", session, "stty size", "Enter")
-        deadline = time.monotonic() + 10
-        while "20 80" not in screen() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert "20 80" in screen(), screen()
-        _tmux("send-keys", "-t", session, "exit 5", "Enter")
-        deadline = time.monotonic() + 20
-        while not result.exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert result.read_text().strip() == "5"
-    finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True, check=False)
+    exports = " ".join(f"{k}={v}" for k, v in podman_env().items() if k.startswith("CONTAINERS_"))
+    at_a_terminal(f"env {exports} podman --runtime {runtime.wrapper} run -it --rm {IMAGE} sh",
+                  tmp_path / "result")
 
 
 def test_many_sequential_runs_never_hang(default_runtime: Runtime) -> None:

@@ -48,10 +48,11 @@ class Backend:
         once the job is queued (`queued` set; follow it with `advance`)."""
         raise NotImplementedError
 
-    def exec_command(self, site: Site, job_id: str, env: dict[str, str],
+    def exec_command(self, site: Site, job_id: str, env: dict[str, str], terminal: bool,
                      ) -> tuple[list[str], dict[str, str]]:
         """How to run `python -m pyscrun.node.exec_into` where task 0 of job_id runs,
-        with env (PYSCRUN_EXEC_*) beside what it needs: argv and environment."""
+        with env (PYSCRUN_EXEC_*) beside what it needs, its stdio a terminal there if
+        terminal: argv and environment."""
         raise NotImplementedError
 
     def queue_fd(self, allocation: Allocation) -> int:

@@ -68,7 +68,7 @@ class LocalBackend(Backend):
         finally:
             os._exit(code)
 
-    def exec_command(self, site: Site, job_id: str, env: dict[str, str],
+    def exec_command(self, site: Site, job_id: str, env: dict[str, str], terminal: bool,
                      ) -> tuple[list[str], dict[str, str]]:
         return ([sys.executable, "-m", "pyscrun.node.exec_into"],
                 {**os.environ, **env, "PYSCRUN_EXEC_SLURM_CONF": site.slurm_conf})

@@ -60,7 +60,7 @@ def run_command(site: Site, argv: list[str], timeout: float = 60.0) -> subproces
         raise BackendError(f"{argv[0]} did not finish within {timeout:.0f} s") from None
 
 
-def _await_terminal_size(timeout: float) -> None:
+def await_terminal_size(timeout: float = TERMINAL_SIZE_WAIT) -> None:
     """Wait (up to timeout) until stdin, a terminal, has a size. srun --pty passes the
     size it finds at its start to the step, and a resize (SIGWINCH) arriving before the
     step connected back ends srun's window-size channel ("pty: accept failure")."""
@@ -103,16 +103,17 @@ class SlurmBackend(Backend):
         allocation.queued = not held.granted
         return allocation
 
-    def exec_command(self, site: Site, job_id: str, env: dict[str, str],
+    def exec_command(self, site: Site, job_id: str, env: dict[str, str], terminal: bool,
                      ) -> tuple[list[str], dict[str, str]]:
         """A step of the container's job beside its own (--overlap), on the job's first
-        node, where task 0 runs (srun places tasks in block order)."""
+        node, where task 0 runs (srun places tasks in block order); with a terminal
+        there too (--pty)."""
         srun = site.oci.SrunPath or "srun"
         if shutil.which(srun, path=os.environ.get("PATH")) is None:
             raise BackendError(f"{srun} not found: install slurm-client")
         argv = [srun, f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1",
                 "--job-name=scrun-exec", "--quiet", "--export=ALL", "--kill-on-bad-exit=0",
-                "--chdir=/",
+                "--chdir=/", *(["--pty"] if terminal else []),
                 *site.oci.SrunArgs, "--", sys.executable, "-m", "pyscrun.node.exec_into"]
         exec_env = _env(site, env)
         exec_env.pop("SLURM_JOBID", None)
@@ -160,7 +161,7 @@ class SlurmBackend(Backend):
         try:
             if request.terminal_fd is not None:
                 make_controlling_terminal(request.terminal_fd)
-                _await_terminal_size(TERMINAL_SIZE_WAIT)
+                await_terminal_size()
             else:
                 os.setsid()
             if request.pass_stdio:

@@ -10,6 +10,13 @@ empty root, so that nothing done through its pid reaches the host. It passes on
 the process's stdio and exits with its status. srun's word on a non-zero status
 ("task 0: Exited with exit code N") is not the process's, and is left out of its
 stderr.
+
+With a terminal (`-t`, or the process's `terminal`), exec opens a pty and sends its
+master to --console-socket as runc does (conmon and the shim relay it to the user);
+the slave is the session's controlling terminal and the stdio of what it starts:
+`srun --pty` (whose own stderr is still filtered), so the node gives the process a
+terminal of its own, sized and resized as the user's; locally, the runtime's exec
+itself.
 """
 
 from __future__ import annotations
@@ -19,9 +26,11 @@ import os
 import re
 
 from pyscrun import identity
+from pyscrun.anchor.console import make_controlling_terminal, open_console
 from pyscrun.anchor.spawn import write_all
+from pyscrun.backends.slurm import await_terminal_size
 from pyscrun.cli.main import Context
-from pyscrun.errors import BundleError, InvalidState, NotSupported, UsageError
+from pyscrun.errors import BundleError, InvalidState, UsageError
 from pyscrun.oci.state import PAUSED, RUNNING, shell_status
 
 _SRUN_SAYS_EXIT = re.compile(rb"^srun: error: \S+: task \d+: Exited with exit code \d+\n?$")
@@ -44,8 +53,7 @@ def execute(ctx: Context) -> int:
     else:
         raise UsageError("exec needs a command, or --process FILE (the OCI process, as "
                          "podman and docker pass it)")
-    if ctx.flag("tty") or ctx.option("console_socket") or process.get("terminal"):
-        raise NotSupported("exec with a terminal is not supported yet")
+    terminal = _terminal(ctx, process)
     status = state.effective_status()
     if status == PAUSED:
         raise InvalidState("cannot exec in a paused container")  # runc's words
@@ -54,14 +62,31 @@ def execute(ctx: Context) -> int:
     the_site = site.load(ctx.slurm_conf)
     argv, env = backends.get(state.backend).exec_command(
         the_site, state.job_id, {"PYSCRUN_EXEC_JOB": state.job_id, "PYSCRUN_EXEC_TASK": "0",
-                                 "PYSCRUN_EXEC_PROCESS": json.dumps(process)})
-    pid = _fork_session(argv, env, through_srun=state.backend == "slurm")
+                                 "PYSCRUN_EXEC_PROCESS": json.dumps(process)}, terminal)
+    console = ctx.option("console_socket")
+    size = process.get("consoleSize")
+    slave = (open_console(console, size if isinstance(size, dict) else None)
+             if terminal and console else None)
+    pid = _fork_session(argv, env, through_srun=state.backend == "slurm", terminal=slave)
     if ctx.option("pid_file"):
         write_atomic(os.path.abspath(ctx.option("pid_file") or ""), str(pid).encode(), 0o644)
     if ctx.flag("detach"):
         return 0
     _, wait_status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(wait_status) if os.WIFEXITED(wait_status) else 255
+
+
+def _terminal(ctx: Context, process: dict[str, object]) -> bool:
+    """Whether the process gets a terminal (then marked so in it), with runc's refusals
+    of what cannot go together."""
+    terminal = ctx.flag("tty") or bool(process.get("terminal"))
+    if ctx.option("console_socket") and not terminal:
+        raise UsageError("cannot use console socket if runc will not detach or allocate tty")
+    if terminal and ctx.flag("detach") and not ctx.option("console_socket"):
+        raise UsageError("cannot allocate tty if runc will detach without setting console socket")
+    if terminal:
+        process["terminal"] = True
+    return terminal
 
 
 def _process_of_command(bundle: str, command: list[str], env: object,
@@ -96,20 +121,26 @@ def _process(path: str) -> dict[str, object]:
     return dict(process)
 
 
-def _fork_session(argv: list[str], env: dict[str, str], through_srun: bool) -> int:
-    """The exec session's own process: it runs argv and exits with its status."""
+def _fork_session(argv: list[str], env: dict[str, str], through_srun: bool,
+                  terminal: int | None) -> int:
+    """The exec session's own process: it runs argv (on the terminal, a pty slave, if
+    given) and exits with its status."""
     read_fd, write_fd = os.pipe() if through_srun else (-1, -1)
     pid = os.fork()
     if pid:
-        if read_fd >= 0:
-            os.close(read_fd)
-            os.close(write_fd)
+        for fd in (read_fd, write_fd, -1 if terminal is None else terminal):
+            if fd >= 0:
+                os.close(fd)
         return pid
     code = 255
     try:
         child = os.fork()
         if child == 0:
             try:
+                if terminal is not None:
+                    make_controlling_terminal(os.dup(terminal))
+                    if through_srun:
+                        await_terminal_size()
                 if write_fd >= 0:
                     os.dup2(write_fd, 2)
                     os.close(write_fd)
@@ -120,6 +151,10 @@ def _fork_session(argv: list[str], env: dict[str, str], through_srun: bool) -> i
                 os._exit(127)
         if write_fd >= 0:
             os.close(write_fd)
+        if terminal is not None:
+            # What srun says on its stderr belongs on the terminal.
+            os.dup2(terminal, 2)
+            os.close(terminal)
         _isolate()
         if read_fd >= 0:
             _pass_stderr(read_fd)
