@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -99,3 +100,28 @@ def test_many_sequential_runs_never_hang(default_runtime: Runtime) -> None:
     assert hangs_and_failures(
         100, lambda: podman(default_runtime, "run", "--rm", IMAGE, "true", timeout=60),
         default_runtime) == []
+
+
+def _run_with_fd3(runtime: Runtime, fd3: Path, command: str) -> subprocess.CompletedProcess[bytes]:
+    """podman run --preserve-fds 1 with fd 3 open on fd3, as systemd's socket activation
+    hands descriptors on."""
+    return subprocess.run(
+        ["sh", "-c", f'exec 3>"{fd3}"; exec podman --runtime {runtime.wrapper} run --rm '
+                     f'--preserve-fds 1 {IMAGE} sh -c "{command}"'],
+        env=podman_env(), capture_output=True, timeout=120, check=False)
+
+
+def test_preserved_fds_reach_the_container_on_the_local_backend(local_runtime: Runtime,
+                                                                tmp_path: Path) -> None:
+    fd3 = tmp_path / "fd3"
+    done = _run_with_fd3(local_runtime, fd3, "echo through fd 3 >&3")
+    assert done.returncode == 0, done.stderr
+    assert fd3.read_text() == "through fd 3\n"
+
+
+def test_preserved_fds_through_slurm_are_refused_in_one_line(slurm_runtime: Runtime,
+                                                              tmp_path: Path) -> None:
+    done = _run_with_fd3(slurm_runtime, tmp_path / "fd3", "true")
+    assert done.returncode != 0
+    said = [line for line in done.stderr.decode().splitlines() if "preserve-fds" in line]
+    assert said and "cannot reach a container on another machine" in said[0], done.stderr

@@ -365,6 +365,8 @@ class Anchor(Orders):
             agent_env["PYSCRUN_AGENT_SLURM_CONF"] = self.site.slurm_conf
             # Its stand-in takes the container's namespaces as soon as it runs.
             agent_env["PYSCRUN_AGENT_RUNNING"] = "report"
+            if self.request.preserve_fds:
+                agent_env["PYSCRUN_AGENT_PRESERVE_FDS"] = str(self.request.preserve_fds)
         else:
             # An ordinary user's container runs on the node in the user namespace
             # rootless podman gave it here.
@@ -393,6 +395,7 @@ class Anchor(Orders):
             terminal_fd=self.terminal_fd,
             step_args=scrun_env.arguments(self.request.job_options, scrun_env.STEP),
             pass_stdio=pass_stdio,
+            preserve_fds=self.request.preserve_fds,
         )
         try:
             self.step = self.backend.launch(self.site, self.allocation, request)

@@ -23,7 +23,8 @@ class CreateRequest:
     def __init__(self, container_id: str, bundle: Bundle, store: Store, site: Site,
                  console_socket: str | None, pid_file: str | None, environ: dict[str, str],
                  job_options: dict[str, str], log_file: str | None = None,
-                 log_format: str = "text", restore: dict[str, Any] | None = None) -> None:
+                 log_format: str = "text", restore: dict[str, Any] | None = None,
+                 preserve_fds: int = 0) -> None:
         self.container_id = container_id
         self.bundle = bundle
         self.store = store
@@ -35,6 +36,7 @@ class CreateRequest:
         self.log_file = log_file
         self.log_format = log_format
         self.restore = restore  # the CRIU order when this is a restore
+        self.preserve_fds = preserve_fds  # the caller's fds 3.. that go to the container
         self.stand_in: StandIn | None = None  # forked with the anchor
 
 

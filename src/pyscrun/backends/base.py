@@ -22,12 +22,13 @@ class LaunchRequest:
 
     def __init__(self, agent_env: dict[str, str], job_env: dict[str, str],
                  terminal_fd: int | None, step_args: list[str] | None = None,
-                 pass_stdio: bool = False) -> None:
+                 pass_stdio: bool = False, preserve_fds: int = 0) -> None:
         self.agent_env = agent_env
         self.job_env = job_env
         self.terminal_fd = terminal_fd  # pty slave for a terminal container, else None
         self.step_args = step_args or []  # scheduler options for the step
         self.pass_stdio = pass_stdio  # agents take the container's stdio from the anchor
+        self.preserve_fds = preserve_fds  # fds 3.. the agent keeps for the container
 
 
 class Step:

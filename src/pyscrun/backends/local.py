@@ -59,7 +59,8 @@ class LocalBackend(Backend):
             # As on a compute node, the agent's errors go to the container's stderr,
             # where podman shows them.
             log.current.stderr = sys.stderr
-            os.closerange(3, 1 << 16)
+            # The caller's fds that go to the container (--preserve-fds) stay 3, 4, ...
+            os.closerange(3 + request.preserve_fds, 1 << 16)
             from pyscrun.node import agent
 
             # The caller's own Slurm variables (podman run inside a job) are not ours.

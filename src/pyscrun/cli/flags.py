@@ -157,7 +157,7 @@ VERBS = {
              flags=(Flag(("process", "p"), True, "the OCI process to run, as JSON in a file"),
                     Flag(("detach", "d"), help="return at once; --pid-file names the process"),
                     Flag(("pid-file",), True, "file to write the exec session's pid to"),
-                    Flag(("tty", "t"), help="give the process a terminal (with --console-socket when detached)"),
+                    Flag(("tty", "t"), help="a terminal (detached: with --console-socket)"),
                     Flag(("console-socket",), True, "AF_UNIX socket for the pty master"),
                     Flag(("env", "e"), True, "set an environment variable (repeatable)",
                          repeat=True),

@@ -59,6 +59,10 @@ def create_container(ctx: Context, restore: dict[str, Any] | None = None,
     if not preserve.isdigit():
         raise UsageError(f"--preserve-fds needs a number, not {preserve!r}")
     the_site = site.load(ctx.slurm_conf)
+    if int(preserve) and the_site.backend != "local":
+        raise UsageError(f"--preserve-fds {preserve}: descriptors cannot reach a container on "
+                         "another machine; run it on the local backend (Backend=local in "
+                         "pyscrun.conf)")
     oci = the_site.oci
     log.current.take_defaults(oci.StdIODebug, oci.FileDebug, oci.SyslogDebug, oci.DebugFlags)
     job_options = scrun_env.job_options(ctx.environ, bundle.env)
@@ -71,7 +75,8 @@ def create_container(ctx: Context, restore: dict[str, Any] | None = None,
         pids = start_anchor(
             CreateRequest(container_id, bundle, store, the_site, console_socket,
                           ctx.option("pid_file"), ctx.environ, job_options,
-                          ctx.option("log"), ctx.option("log_format") or "text", restore),
+                          ctx.option("log"), ctx.option("log_format") or "text", restore,
+                          int(preserve)),
             keep_fds=tuple(range(3, 3 + int(preserve))),
         )
     except BaseException:

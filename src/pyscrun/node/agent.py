@@ -82,6 +82,8 @@ class Agent:
         self.running_wanted = (env.get("PYSCRUN_AGENT_RUNNING") == "report"
                                and not env.get("PYSCRUN_AGENT_RESTORE"))
         self.running_reported = False
+        # The caller's fds 3.. for the container (--preserve-fds; the local backend only).
+        self.preserve_fds = int(env.get("PYSCRUN_AGENT_PRESERVE_FDS") or 0)
 
     # -- control channel -------------------------------------------------------------
     def connect(self) -> None:
@@ -364,7 +366,8 @@ class Agent:
         """Start the runtime command that brings the container up, with the streamed
         stdio when there is one (else this process's own)."""
         stdio = self.stdio.child_ends if self.stdio is not None else None
-        process = commands.spawn(directive, args, stdio)
+        preserve = self.preserve_fds if directive in ("RunTimeRun", "RunTimeCreate") else 0
+        process = commands.spawn(directive, args, stdio, preserve)
         if self.stdio is not None:
             self.stdio.spawned()
         return process

@@ -47,14 +47,19 @@ class RuntimeCommands:
         self.values = self.values.replace(pid=str(pid))
 
     def spawn(self, directive: str, args: list[str] | None = None,
-              stdio: tuple[int, int, int] | None = None) -> subprocess.Popen[bytes]:
+              stdio: tuple[int, int, int] | None = None, preserve_fds: int = 0,
+              ) -> subprocess.Popen[bytes]:
         """Start the container's own run or create, with stdio (stdin, stdout, stderr)
-        or this process's own."""
+        or this process's own, and this process's fds 3.. (preserve_fds of them) given
+        on to the container as runc takes them (`--preserve-fds N` after the command)."""
         command = self.command(directive, args)
+        if preserve_fds:
+            command += f" --preserve-fds {preserve_fds}"
         log.current.debug(f"{directive}: {command}")
         stdin, stdout, stderr = stdio if stdio is not None else (None, None, None)
         return subprocess.Popen(["/bin/sh", "-c", command], cwd=self.cwd, env=self.env,
-                                stdin=stdin, stdout=stdout, stderr=stderr)
+                                stdin=stdin, stdout=stdout, stderr=stderr,
+                                pass_fds=range(3, 3 + preserve_fds))
 
     def require(self, directive: str) -> None:
         """The command for directive (pyscrun.conf's), or the line that says what to set."""
