@@ -230,6 +230,8 @@ def test_docker_exec(dockerd: Dockerd, docker_runtime: Runtime) -> None:
         placed = dockerd.docker("exec", "-e", "X=7", "-w", "/tmp", container, "sh", "-c",
                                 "echo $X $(pwd)")
         assert placed.stdout == b"7 /tmp\n", placed.stderr
+        as_user = dockerd.docker("exec", "-u", "1234:56", container, "sh", "-c", "echo $(id -u) $(id -g)")
+        assert as_user.stdout == b"1234 56\n", as_user.stderr
     finally:
         assert dockerd.docker("rm", "-f", container).returncode == 0
     _wait_all_gone(dockerd, container)

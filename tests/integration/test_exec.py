@@ -31,6 +31,8 @@ def test_podman_exec_runs_in_the_container_with_its_status_and_stdio(runtime: Ru
         placed = podman(runtime, "exec", "-e", "X=42", "-w", "/tmp", name, "sh", "-c",
                         "echo $X $(pwd)")
         assert placed.stdout == b"42 /tmp\n", placed.stderr
+        as_user = podman(runtime, "exec", "-u", "1234:56", name, "sh", "-c", "echo $(id -u) $(id -g)")
+        assert as_user.stdout == b"1234 56\n", as_user.stderr
         # It runs where the container runs: in its file system and on its node.
         assert podman(runtime, "exec", name, "cat", "/proc/1/cmdline").stdout == b"sleep\x001000\x00"
     finally:
