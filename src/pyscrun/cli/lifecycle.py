@@ -116,11 +116,29 @@ def start(ctx: Context) -> int:
 
 def run(ctx: Context) -> int:
     store, container_id, (anchor, stand_in) = create_container(ctx)
-    state = store.load(container_id)
-    _ask(store, state, {"op": "start"})
+    try:
+        state = store.load(container_id)
+        # From here on a signal reaches the container (or withdraws its queued job),
+        # start or no start.
+        forwarded = [] if ctx.flag("detach") else _forward_signals(store, state)
+        try:
+            _ask(store, state, {"op": "start"})
+        except ScrunError:
+            if not forwarded:
+                raise
+            # A signal forwarded before the start ended the container: run ends as it did.
+    except KeyboardInterrupt:
+        # Ctrl-C before the signals were forwarded: the container is given up, as on
+        # SIGTERM to its anchor (a queued job is withdrawn).
+        import signal
+
+        os.kill(anchor, signal.SIGTERM)
+        os.waitpid(stand_in, 0)
+        os.waitpid(anchor, 0)
+        store.remove(container_id)
+        raise
     if ctx.flag("detach"):
         return 0
-    _forward_signals(store, state)
     # The stand-in exits with the container's status once the anchor is done.
     _, status = os.waitpid(stand_in, 0)
     os.waitpid(anchor, 0)
@@ -150,12 +168,15 @@ def order_tasks(ctx: Context, op: str, **fields: object) -> dict[str, Any]:
     return _ask(store, state, {"op": op, **fields})
 
 
-def _forward_signals(store: Store, state: ContainerState) -> None:
+def _forward_signals(store: Store, state: ContainerState) -> list[int]:
     """As `runc run` does: the signals this process gets go to the container (Ctrl-C
-    included), which decides how it ends."""
+    included), which decides how it ends. The list fills with those forwarded."""
     import signal
 
+    forwarded: list[int] = []
+
     def forward(signum: int, frame: Any) -> None:
+        forwarded.append(signum)
         try:
             _ask(store, state, {"op": "kill", "signal": signum})
         except ScrunError as err:
@@ -163,6 +184,7 @@ def _forward_signals(store: Store, state: ContainerState) -> None:
 
     for signum in FORWARDED_SIGNALS:
         signal.signal(signum, forward)
+    return forwarded
 
 
 def kill(ctx: Context) -> int:
