@@ -21,7 +21,9 @@ for dir in "${private[@]}"; do
     if [[ $repo == "$dir"/* ]]; then
         carried="$(dirname "$conf")/checkout"
         mkdir -p "$carried"
-        mount --bind "$repo" "$carried"
+        # --rbind: what is mounted inside it comes too (a venv of its own over .venv,
+        # as scripts/debian13.sh mounts one).
+        mount --rbind "$repo" "$carried"
     fi
 done
 for dir in "${private[@]}"; do
