@@ -119,6 +119,19 @@ def test_exec_into_a_container_on_its_node(slurm_user: User) -> None:
         slurm_user.podman("rm", "-f", "-t", "0", cid)
 
 
+def test_exec_with_a_terminal_and_top(any_user: User) -> None:
+    """`podman exec -it` gives the user a working terminal in the container, and `podman
+    top -ef` lists the container's processes (ps through exec), on its node."""
+    cid = any_user.podman_ok("run", "-d", IMAGE, "sleep", "971")
+    try:
+        command = shlex.join(any_user.command(
+            ["podman", "--runtime", str(any_user.wrapper), "exec", "-it", cid, "sh"]))
+        at_a_terminal(command, any_user.base / "result", status=3, resize=False)
+        assert "sleep 971" in any_user.podman_ok("top", cid, "-ef")
+    finally:
+        any_user.podman("rm", "-f", "-t", "0", cid)
+
+
 def test_a_container_in_the_users_own_allocation(slurm_user: User) -> None:
     """`SLURM_JOB_ID` of an salloc of the user's: the container is a step of that job."""
     script = (f"podman --runtime {slurm_user.wrapper} run --rm -e SLURM_JOB_ID=$SLURM_JOB_ID "
