@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -141,6 +142,13 @@ def podman(runtime: Runtime, *args: str, input: bytes | None = None, timeout: fl
         ["podman", "--runtime", str(runtime.wrapper), *args], input=input,
         capture_output=True, timeout=timeout, env=podman_env(), check=False,
     )
+
+
+def podman_command_line(runtime: Runtime, *args: str) -> str:
+    """podman with the test configuration and runtime as one shell command line, for a
+    terminal to run (tmux passes no environment of the test's)."""
+    exports = [f"{k}={v}" for k, v in podman_env().items() if k.startswith("CONTAINERS_")]
+    return shlex.join(["env", *exports, "podman", "--runtime", str(runtime.wrapper), *args])
 
 
 def processes_mentioning(text: str) -> list[str]:

@@ -6,7 +6,7 @@ import json
 import uuid
 from pathlib import Path
 
-from tests.integration.harness import IMAGE, Runtime, make_bundle, podman, podman_env, wait_for
+from tests.integration.harness import IMAGE, Runtime, make_bundle, podman, podman_command_line, wait_for
 from tests.integration.terminal import at_a_terminal
 
 
@@ -43,10 +43,8 @@ def test_podman_exec_it_gives_a_working_terminal(runtime: Runtime, tmp_path: Pat
     """`podman exec -it NAME sh` under tmux: typed commands run at the terminal's size,
     a resize reaches the shell, and its exit status is podman's."""
     name = _running(runtime)
-    exports = " ".join(f"{k}={v}" for k, v in podman_env().items() if k.startswith("CONTAINERS_"))
     try:
-        at_a_terminal(f"env {exports} podman --runtime {runtime.wrapper} exec -it {name} sh",
-                      tmp_path / "result")
+        at_a_terminal(podman_command_line(runtime, "exec", "-it", name, "sh"), tmp_path / "result")
         # The container goes on: the terminal was the exec's alone.
         assert podman(runtime, "exec", name, "true").returncode == 0
     finally:

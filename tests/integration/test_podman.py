@@ -12,6 +12,7 @@ from tests.integration.harness import (
     Runtime,
     hangs_and_failures,
     podman,
+    podman_command_line,
     podman_env,
     wait_for,
 )
@@ -91,8 +92,7 @@ def test_rm_force_removes_a_running_container(runtime: Runtime) -> None:
 
 
 def test_interactive_terminal_under_tmux(runtime: Runtime, tmp_path: Path) -> None:
-    exports = " ".join(f"{k}={v}" for k, v in podman_env().items() if k.startswith("CONTAINERS_"))
-    at_a_terminal(f"env {exports} podman --runtime {runtime.wrapper} run -it --rm {IMAGE} sh",
+    at_a_terminal(podman_command_line(runtime, "run", "-it", "--rm", IMAGE, "sh"),
                   tmp_path / "result")
 
 
