@@ -43,20 +43,15 @@ make_root() {
     if [[ -x $ROOT/usr/bin/make && "$(cat "$DIR/packages.sha256" 2>/dev/null)" == "$digest" ]]; then
         return 0
     fi
-    command -v debootstrap >/dev/null || {
-        say "installing debootstrap"
-        apt-get install -y -qq debootstrap >"$DIR/debootstrap.log" 2>&1 ||
-            die "apt-get install debootstrap failed; log: $DIR/debootstrap.log"
-    }
+    PACKAGES=(debootstrap)
+    APT_LOG=$DIR/debootstrap.log
+    install_missing
     uri="$(mirror_uri "$(. /etc/os-release && echo "$VERSION_CODENAME")")" ||
         die "no Debian mirror for this release in apt's configuration (apt-get indextargets)"
     say "making a Debian 13 root in $ROOT from $uri (about 30 s)"
     rm -rf "$ROOT" "$ROOT.new"
     debootstrap --variant=minbase --include="$INCLUDE" "$SUITE" "$ROOT.new" "$uri" \
         >"$DIR/debootstrap.log" 2>&1 || die "debootstrap failed; log: $DIR/debootstrap.log"
-    # Package scripts must not start daemons in the root (no init runs there).
-    printf '#!/bin/sh\nexit 101\n' >"$ROOT.new/usr/sbin/policy-rc.d"
-    chmod 0755 "$ROOT.new/usr/sbin/policy-rc.d"
     mv "$ROOT.new" "$ROOT"
     echo "$digest" >"$DIR/packages.sha256"
 }
