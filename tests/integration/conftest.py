@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -74,10 +75,10 @@ def slurm_runtime(request: pytest.FixtureRequest, cluster: Cluster, tmp_path: Pa
     leaks.check()
 
 
-@pytest.fixture(params=["local/run", "local/create-start", "slurm/run", "slurm/create-start"])
-def runtime(request: pytest.FixtureRequest, cluster: Cluster, tmp_path: Path) -> Iterator[Runtime]:
-    """scrun on each backend in each oci.conf mode; checked for leaks (and jobs) after."""
-    backend, mode = request.param.split("/")
+@contextmanager
+def runtime_on(backend: str, mode: str, cluster: Cluster, tmp_path: Path) -> Iterator[Runtime]:
+    """scrun on backend ("local" or "slurm", 1 node) in an oci.conf mode ("run" or
+    "create-start"); checked for leaks (and jobs) after."""
     conf = cluster.up(1) if backend == "slurm" else None
     if conf is None:
         made = make_runtime(tmp_path, OCI_CONFS[mode])
@@ -86,3 +87,10 @@ def runtime(request: pytest.FixtureRequest, cluster: Cluster, tmp_path: Path) ->
     leaks = LeakCheck(made, str(tmp_path), conf)
     yield made
     leaks.check()
+
+
+@pytest.fixture(params=["local/run", "local/create-start", "slurm/run", "slurm/create-start"])
+def runtime(request: pytest.FixtureRequest, cluster: Cluster, tmp_path: Path) -> Iterator[Runtime]:
+    """scrun on each backend in each oci.conf mode; checked for leaks (and jobs) after."""
+    with runtime_on(*request.param.split("/"), cluster, tmp_path) as made:
+        yield made

@@ -1,4 +1,4 @@
-"""A user at a terminal: a command run in a tmux of the test's own (a server nobody else
+"""A user at a terminal: commands run in a tmux of the test's own (a server nobody else
 uses), typed into and resized as a person would."""
 
 from __future__ import annotations
@@ -6,9 +6,64 @@ from __future__ import annotations
 import subprocess
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from tests.integration.harness import require, wait_for
+
+
+class Terminal:
+    """One 100x30 terminal; each command run in it writes its exit status to a file."""
+
+    def __init__(self, server: str) -> None:
+        self.server = server
+        self.started = False
+
+    def tmux(self, *args: str) -> str:
+        return subprocess.run(["tmux", "-L", self.server, *args], capture_output=True,
+                              text=True, check=True).stdout
+
+    def run(self, command: str, result: Path) -> None:
+        """Start command in the terminal (a new window after the first one)."""
+        line = f"{command}; echo $? > {result}"
+        if self.started:
+            self.tmux("respawn-pane", "-k", "-t", "t", line)
+        else:
+            # The pane stays once its command ended, for the next one to run in.
+            self.tmux("start-server", ";", "set-option", "-g", "remain-on-exit", "on", ";",
+                      "new-session", "-d", "-s", "t", "-x", "100", "-y", "30", line)
+            self.started = True
+
+    def screen(self) -> str:
+        return self.tmux("capture-pane", "-p", "-t", "t")
+
+    def shows(self, text: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in (seen := self.screen()):
+            if time.monotonic() > deadline:
+                pytest.fail(f"timed out after {timeout} s waiting for {text!r} on the "
+                            f"terminal, which shows:\n{seen}")
+            time.sleep(0.1)
+
+    def type(self, line: str) -> None:
+        self.tmux("send-keys", "-t", "t", line, "Enter")
+
+    def resize(self, columns: int, rows: int) -> None:
+        self.tmux("resize-window", "-t", "t", "-x", str(columns), "-y", str(rows))
+
+
+@contextmanager
+def terminal() -> Iterator[Terminal]:
+    require("tmux", "tmux")
+    handle = Terminal(f"pyscrun-{uuid.uuid4().hex[:8]}")
+    try:
+        yield handle
+    finally:
+        subprocess.run(["tmux", "-L", handle.server, "kill-server"], capture_output=True,
+                       check=False)
 
 
 def at_a_terminal(command: str, result: Path, status: int = 5, resize: bool = True,
@@ -16,33 +71,17 @@ def at_a_terminal(command: str, result: Path, status: int = 5, resize: bool = Tr
     """Run the shell command (an interactive `sh` in a container) in a 100x30 terminal:
     its prompt comes, what is typed runs there at that size, a resize to 80x20 reaches
     it (if resize), and `exit STATUS` ends it with that status (written to result)."""
-    require("tmux", "tmux")
-    server = f"pyscrun-{uuid.uuid4().hex[:8]}"
-
-    def tmux(*args: str) -> str:
-        return subprocess.run(["tmux", "-L", server, *args], capture_output=True, text=True,
-                              check=True).stdout
-
-    def screen() -> str:
-        return tmux("capture-pane", "-p", "-t", "t")
-
-    def shows(text: str, timeout: float) -> None:
-        wait_for(lambda: text in screen(), timeout, f"{text!r} on the terminal")
-
-    tmux("new-session", "-d", "-s", "t", "-x", "100", "-y", "30",
-         f"{command}; echo $? > {result}")
-    try:
-        wait_for(lambda: "#" in screen(), start_timeout, "the container's prompt")
-        tmux("send-keys", "-t", "t", "echo typed$((40+2)); stty size", "Enter")
-        shows("30 100", 20)
-        assert "typed42" in screen(), screen()
+    with terminal() as term:
+        term.run(command, result)
+        wait_for(lambda: "#" in term.screen(), start_timeout, "the container's prompt")
+        term.type("echo typed$((40+2)); stty size")
+        term.shows("30 100", 20)
+        assert "typed42" in term.screen(), term.screen()
         if resize:
-            tmux("resize-window", "-t", "t", "-x", "80", "-y", "20")
+            term.resize(80, 20)
             time.sleep(0.5)  # for the new size to reach the container's terminal
-            tmux("send-keys", "-t", "t", "stty size", "Enter")
-            shows("20 80", 10)
-        tmux("send-keys", "-t", "t", f"exit {status}", "Enter")
+            term.type("stty size")
+            term.shows("20 80", 10)
+        term.type(f"exit {status}")
         wait_for(result.exists, 30, "the exit status")
-        assert result.read_text().strip() == str(status), screen()
-    finally:
-        subprocess.run(["tmux", "-L", server, "kill-server"], capture_output=True, check=False)
+        assert result.read_text().strip() == str(status), term.screen()

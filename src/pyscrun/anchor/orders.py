@@ -210,8 +210,6 @@ class Orders:
             raise InvalidState(f"cannot checkpoint a container that is {self.state.status}")
         if self.agents.round is not None:
             raise InvalidState("a checkpoint of this container is already in progress")
-        if self.terminal_fd is not None or self.request.bundle.terminal:
-            raise ScrunError("checkpoint of a container with a terminal is not supported")
         self.agents.start_checkpoint(client, order)
         self._answer_checkpoint()
 

@@ -51,8 +51,6 @@ def create_container(ctx: Context, restore: dict[str, Any] | None = None,
     bundle = oci_bundle.load(ctx.option("bundle") or os.getcwd())
     refusals.check(bundle.config, bundle.rootfs)
     console_socket = ctx.option("console_socket")
-    if bundle.terminal and restore is not None:
-        raise UsageError("restoring a container with a terminal is not supported yet")
     if bundle.terminal and not console_socket:
         raise UsageError("process.terminal is true but no --console-socket was given")
     preserve = ctx.option("preserve_fds") or "0"

@@ -166,6 +166,11 @@ class Agent:
         try:
             if self.commands is None or self.task_dir is None:
                 raise RuntimeCommandError("the container is not running yet")
+            if os.isatty(0) and not self.conf.run_mode:
+                raise RuntimeCommandError(
+                    "a container with a terminal can be checkpointed only in run mode "
+                    "(RunTimeRun in oci.conf): in create/start mode its terminal is outside "
+                    "the container, where CRIU cannot take it along")
             images.checkpoint(self.control, self._for(order), order, self.ident.task_id,
                               self.task_dir)
         except (ScrunError, OSError) as err:
