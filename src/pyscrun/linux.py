@@ -114,3 +114,34 @@ def fork_in_new_pid_namespace() -> int:
         return pid
     finally:
         os.close(own)
+
+
+def fork_adopted_in_new_pid_namespace() -> int:
+    """fork() whose child is pid 1 of a new pid namespace, for a caller that may not
+    come back to its own (inside rootless podman's user namespace): a process between
+    unshares and forks it, then exits, and the caller, made a child subreaper, adopts
+    it. PermissionError if no new pid namespace may be made. Returns as os.fork() does."""
+    set_child_subreaper()
+    read_fd, write_fd = os.pipe()
+    between = os.fork()
+    if between == 0:
+        os.close(read_fd)
+        try:
+            unshare(CLONE_NEWPID)
+            pid = os.fork()
+        except BaseException:
+            os._exit(1)
+        if pid == 0:
+            os.close(write_fd)
+            return 0
+        os.write(write_fd, str(pid).encode())
+        os._exit(0)
+    os.close(write_fd)
+    try:
+        said = os.read(read_fd, 32)
+    finally:
+        os.close(read_fd)
+        os.waitpid(between, 0)
+    if not said:
+        raise PermissionError("no new pid namespace may be made here")
+    return int(said)

@@ -1,12 +1,14 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+from tests.integration.accounts import ROOT, USER, Account, account, user_dir
 from tests.integration.harness import (
     OCI_CONFS,
     RUN_OCI_CONF,
@@ -17,6 +19,7 @@ from tests.integration.harness import (
     make_runtime,
     make_slurm_runtime,
 )
+from tests.integration.users import checkout_reachable
 
 # The test cluster's nodes are machines of their own, whose /tmp is not the login
 # side's: what a test makes for its containers (bundles, checkpoint dirs) lives on the
@@ -76,21 +79,64 @@ def slurm_runtime(request: pytest.FixtureRequest, cluster: Cluster, tmp_path: Pa
 
 
 @contextmanager
-def runtime_on(backend: str, mode: str, cluster: Cluster, tmp_path: Path) -> Iterator[Runtime]:
-    """scrun on backend ("local" or "slurm", 1 node) in an oci.conf mode ("run" or
-    "create-start"); checked for leaks (and jobs) after."""
-    conf = cluster.up(1) if backend == "slurm" else None
+def runtime_on(backend: str, mode: str, cluster: Cluster, tmp_path: Path,
+               account: Account = ROOT, nodes: int = 1) -> Iterator[Runtime]:
+    """scrun on backend ("local" or "slurm" of that many nodes) in an oci.conf mode ("run",
+    "create-start", or "built-in": no oci.conf), driven by account's podman; checked for
+    leaks (and jobs) after."""
+    conf = cluster.up(nodes) if backend == "slurm" else None
+    base = tmp_path if account.is_root else user_dir(account)
+    oci_conf = OCI_CONFS.get(mode)
     if conf is None:
-        made = make_runtime(tmp_path, OCI_CONFS[mode])
+        made = make_runtime(base, oci_conf, account=account)
     else:
-        made = make_slurm_runtime(tmp_path, conf, OCI_CONFS[mode])
-    leaks = LeakCheck(made, str(tmp_path), conf)
+        made = make_slurm_runtime(base, conf, oci_conf, account=account)
+    if not account.is_root:
+        checkout_reachable(account)
+    leaks = LeakCheck(made, str(base), conf)
     yield made
     leaks.check()
+    if base != tmp_path:
+        shutil.rmtree(base, ignore_errors=True)
 
 
-@pytest.fixture(params=["local/run", "local/create-start", "slurm/run", "slurm/create-start"])
+MODES = ["local/run", "local/create-start", "slurm/run", "slurm/create-start"]
+
+
+@pytest.fixture(params=MODES)
 def runtime(request: pytest.FixtureRequest, cluster: Cluster, tmp_path: Path) -> Iterator[Runtime]:
-    """scrun on each backend in each oci.conf mode; checked for leaks (and jobs) after."""
-    with runtime_on(*request.param.split("/"), cluster, tmp_path) as made:
+    """scrun driven by an ordinary user's rootless podman, on each backend in each
+    oci.conf mode; checked for leaks (and jobs) after."""
+    backend, mode = request.param.split("/")
+    with runtime_on(backend, mode, cluster, tmp_path, account(USER)) as made:
+        yield made
+
+
+@pytest.fixture(params=MODES)
+def root_runtime(request: pytest.FixtureRequest, cluster: Cluster, tmp_path: Path,
+                 ) -> Iterator[Runtime]:
+    """scrun driven by root's podman, on each backend in each oci.conf mode: for what
+    needs root (cgroups of its own on this cgroup v1 host, CRIU)."""
+    backend, mode = request.param.split("/")
+    with runtime_on(backend, mode, cluster, tmp_path) as made:
+        yield made
+
+
+@pytest.fixture
+def users_local_runtime(cluster: Cluster, tmp_path: Path) -> Iterator[Runtime]:
+    """scrun on the local backend with the built-in oci.conf, driven by an ordinary
+    user's rootless podman."""
+    with runtime_on("local", "built-in", cluster, tmp_path, account(USER)) as made:
+        yield made
+
+
+@pytest.fixture
+def users_slurm_runtime(request: pytest.FixtureRequest, cluster: Cluster, tmp_path: Path,
+                        ) -> Iterator[Runtime]:
+    """scrun on the Slurm backend with the built-in oci.conf, driven by an ordinary
+    user's rootless podman, on a cluster of `@pytest.mark.nodes(N)` nodes (1 unless
+    marked)."""
+    marker = request.node.get_closest_marker("nodes")
+    with runtime_on("slurm", "built-in", cluster, tmp_path, account(USER),
+                    marker.args[0] if marker else 1) as made:
         yield made

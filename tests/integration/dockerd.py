@@ -25,7 +25,8 @@ from typing import Protocol
 
 import pytest
 
-from tests.integration.harness import TEST_HOME, LeakCheck, Runtime, processes_mentioning, require
+from tests.integration.accounts import TEST_HOME
+from tests.integration.harness import LeakCheck, Runtime, processes_mentioning, require
 
 IMAGE = "pyscrun-test:latest"
 RUNTIME = "pyscrun"

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import shutil
 import signal
 import subprocess
@@ -20,11 +19,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.accounts import ROOT, Account
+
 REPO = Path(__file__).resolve().parents[2]
 SCRUN = Path(sys.executable).parent / "scrun"
-TEST_HOME = Path(os.environ.get("PYSCRUN_TEST_HOME", "/srv/pyscrun-test"))
 IMAGE = "localhost/pyscrun-test:latest"
-TASKS_DIR = Path("/run/pyscrun-tasks")
+TASKS_DIR = ROOT.tasks_dir_on(0)
 
 CREATE_START_OCI_CONF = """\
 # create/start mode with runc
@@ -53,11 +53,13 @@ def require(binary: str, package: str) -> str:
 
 @dataclass
 class Runtime:
-    """A scrun set up for one test: its own --root, config dir and podman wrapper."""
+    """A scrun set up for one test: its own --root, config dir and podman wrapper, and
+    the account whose podman drives it."""
 
     root: Path
     conf_dir: Path
     wrapper: Path
+    account: Account = ROOT
 
     @property
     def slurm_conf(self) -> Path:
@@ -93,11 +95,10 @@ class Runtime:
         """Run scrun. Its output goes to files, not pipes: after create, the anchor
         holds the caller's stdio for the container, as runc's create does."""
         with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-            done = subprocess.run(
+            done = self.account.run(
                 [str(self.wrapper), *args], input=input, stdout=out, stderr=err,
                 stdin=None if input is not None else subprocess.DEVNULL,
-                timeout=timeout, env=env, cwd=cwd, check=False,
-            )
+                timeout=timeout, env=env, cwd=cwd)
             out.seek(0)
             err.seek(0)
             return subprocess.CompletedProcess(
@@ -105,7 +106,7 @@ class Runtime:
 
 
 def make_runtime(base: Path, oci_conf: str | None, extra_files: dict[str, str] | None = None,
-                 ) -> Runtime:
+                 account: Account = ROOT) -> Runtime:
     root = base / "root"
     conf_dir = base / "etc"
     conf_dir.mkdir(parents=True, exist_ok=True)
@@ -120,35 +121,22 @@ def make_runtime(base: Path, oci_conf: str | None, extra_files: dict[str, str] |
         f"#!/bin/sh\nexec {SCRUN} --root {root} -f {conf_dir / 'slurm.conf'}"
         f" --log {base / 'scrun.log'} \"$@\"\n")
     wrapper.chmod(0o755)
-    return Runtime(root, conf_dir, wrapper)
-
-
-def podman_env() -> dict[str, str]:
-    env_file = TEST_HOME / "env.sh"
-    if not env_file.exists():
-        pytest.fail(f"{env_file} is missing: run `make setup` to configure the test podman")
-    env = dict(os.environ)
-    for line in env_file.read_text().splitlines():
-        if line.startswith("export "):
-            key, _, value = line[len("export "):].partition("=")
-            env[key] = value.strip('"')
-    return env
+    for path in (base, conf_dir):
+        os.chown(path, account.uid, account.gid)
+    return Runtime(root, conf_dir, wrapper, account)
 
 
 def podman(runtime: Runtime, *args: str, input: bytes | None = None, timeout: float = 120,
            ) -> subprocess.CompletedProcess[bytes]:
     require("podman", "podman")
-    return subprocess.run(
-        ["podman", "--runtime", str(runtime.wrapper), *args], input=input,
-        capture_output=True, timeout=timeout, env=podman_env(), check=False,
-    )
+    return runtime.account.run(["podman", "--runtime", str(runtime.wrapper), *args],
+                               input=input, timeout=timeout)
 
 
 def podman_command_line(runtime: Runtime, *args: str) -> str:
-    """podman with the test configuration and runtime as one shell command line, for a
-    terminal to run (tmux passes no environment of the test's)."""
-    exports = [f"{k}={v}" for k, v in podman_env().items() if k.startswith("CONTAINERS_")]
-    return shlex.join(["env", *exports, "podman", "--runtime", str(runtime.wrapper), *args])
+    """podman with the account's configuration and the runtime as one shell command
+    line, for a terminal to run (tmux passes no environment of the test's)."""
+    return runtime.account.command_line(["podman", "--runtime", str(runtime.wrapper), *args])
 
 
 def processes_mentioning(text: str) -> list[str]:
@@ -191,26 +179,29 @@ def machine_path(machine: int, path: str) -> Path:
     return Path(path) if machine == 0 else Path(f"/proc/{machine}/root{path}")
 
 
-def runc_containers(machine: int = 0) -> set[str]:
-    root = machine_path(machine, "/run/runc")
+def runc_containers(machine: int = 0, account: Account = ROOT) -> set[str]:
+    root = machine_path(machine, str(account.runc_root_on(machine)))
+    if not root.is_dir():
+        return set()  # runc list would make it (root's, in the way of the user's runc)
     done = subprocess.run(["runc", "--root", str(root), "list", "-q"], capture_output=True,
                           text=True, check=False)
     return set(done.stdout.split())
 
 
-def runc_state_dirs(machine: int = 0) -> set[str]:
+def runc_state_dirs(machine: int = 0, account: Account = ROOT) -> set[str]:
     """runc list skips a state dir it cannot load (a runtime killed half way through
     create): such a dir still blocks the name."""
-    root = machine_path(machine, "/run/runc")
+    root = machine_path(machine, str(account.runc_root_on(machine)))
     return {p.name for p in root.iterdir()} if root.is_dir() else set()
 
 
-def _runc_states(names: list[str], on: list[int]) -> str:
+def _runc_states(names: list[str], on: list[int], account: Account) -> str:
     """What runc says of containers left behind: how they were left tells who failed."""
     said = []
     for name in names:
         for machine in on:
-            done = subprocess.run(on_machine(machine, ["runc", "state", name]),
+            runc = ["runc", "--root", str(account.runc_root_on(machine)), "state", name]
+            done = subprocess.run(on_machine(machine, account.command(runc)),
                                   capture_output=True, text=True, check=False)
             if done.returncode == 0 or machine == on[-1]:
                 said.append(f"\nrunc state {name}: {done.stdout or done.stderr}")
@@ -277,17 +268,19 @@ class LeakCheck(Leftovers):
             "task dirs": set(),
         }
         # What each machine of the cluster holds: its own runc state and task dirs.
+        account = self.runtime.account
         for machine in machines(self.slurm_conf):
-            tasks = machine_path(machine, str(TASKS_DIR))
-            found["runc containers"] |= runc_containers(machine)
-            found["runc state dirs"] |= runc_state_dirs(machine)
+            tasks = machine_path(machine, str(account.tasks_dir_on(machine)))
+            found["runc containers"] |= runc_containers(machine, account)
+            found["runc state dirs"] |= runc_state_dirs(machine, account)
             found["task dirs"] |= {p.name for p in tasks.iterdir()} if tasks.is_dir() else set()
         if self.slurm_conf is not None:
             found["slurm jobs"] = slurm_jobs(self.slurm_conf)
         return found
 
     def _explain(self, left: dict[str, list[str]]) -> str:
-        return _runc_states(left.get("runc containers", []), machines(self.slurm_conf))
+        return _runc_states(left.get("runc containers", []), machines(self.slurm_conf),
+                            self.runtime.account)
 
     def _clean(self, left: dict[str, list[str]]) -> None:
         """Remove what a failed test left, so that the tests after it do not fail too."""
@@ -301,12 +294,16 @@ class LeakCheck(Leftovers):
         for job in left.get("slurm jobs", []):
             assert self.slurm_conf is not None
             slurm(self.slurm_conf, "scancel", job.split()[0])
+        account = self.runtime.account
         for machine in machines(self.slurm_conf):
+            runc = ["runc", "--root", str(account.runc_root_on(machine))]
             for container in {*left.get("runc containers", []), *left.get("runc state dirs", [])}:
-                subprocess.run(on_machine(machine, ["runc", "delete", "--force", container]),
+                subprocess.run(on_machine(machine, account.command([*runc, "delete", "--force",
+                                                                    container])),
                                capture_output=True, check=False)
             for name in left.get("task dirs", []):
-                shutil.rmtree(machine_path(machine, str(TASKS_DIR / name)), ignore_errors=True)
+                shutil.rmtree(machine_path(machine, str(account.tasks_dir_on(machine) / name)),
+                              ignore_errors=True)
 
 
 def wait_for(predicate: object, timeout: float, what: str) -> None:
@@ -368,11 +365,12 @@ NODE_FILES = ("oci.conf", "pyscrun.conf")
 
 
 def make_slurm_runtime(base: Path, cluster_conf: Path, oci_conf: str | None = None,
-                       extra_files: dict[str, str] | None = None) -> Runtime:
+                       extra_files: dict[str, str] | None = None, account: Account = ROOT,
+                       ) -> Runtime:
     """scrun for the Slurm backend: a conf dir of the test's own beside the cluster's
     slurm.conf, so the test can add its oci.conf or scrun.lua; the nodes get the same
     oci.conf and pyscrun.conf beside their own slurm.conf."""
-    runtime = make_runtime(base, oci_conf, extra_files)
+    runtime = make_runtime(base, oci_conf, extra_files, account)
     runtime.slurm_conf.symlink_to(cluster_conf)
     files = {"oci.conf": oci_conf, **(extra_files or {})}
     for name in NODE_FILES:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 from pathlib import Path
@@ -19,16 +18,13 @@ import pytest
 from tests.integration.harness import (
     CLUSTER_SCRIPT,
     RUN_OCI_CONF,
-    TASKS_DIR,
     LeakCheck,
     Runtime,
     machines,
     make_runtime,
     on_machine,
-    podman_env,
     require,
     runc_containers,
-    runc_state_dirs,
     slurm,
     wait_for,
 )
@@ -134,9 +130,9 @@ def with_root(runtime: Runtime, root: Path) -> Runtime:
 
 def podman_background(runtime: Runtime, *args: str) -> subprocess.Popen[bytes]:
     require("podman", "podman")
-    return subprocess.Popen(["podman", "--runtime", str(runtime.wrapper), *args],
-                            env=podman_env(), stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        runtime.account.command(["podman", "--runtime", str(runtime.wrapper), *args]),
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
 def states(runtime: Runtime) -> list[dict[str, object]]:
@@ -365,20 +361,6 @@ def _update_node(slurm_conf: Path, node: str, *settings: str) -> None:
     done = slurm(slurm_conf, "scontrol", "update", f"nodename={node}", *settings)
     if done.returncode != 0:
         pytest.fail(f"scontrol update nodename={node} {' '.join(settings)}: {done.stderr.strip()}")
-
-
-def clear_node_state(slurm_conf: Path, job_id: str) -> None:
-    """What a dead node's reboot would clear (its /run): the runtime's state and the
-    task dirs of the job's containers there, which nobody on that node lived to remove.
-    A machine of its own took its /run with it."""
-    if len(machines(slurm_conf)) > 1 or list((cluster_dir(slurm_conf) / "run").glob("node.*")):
-        return
-    for name in runc_state_dirs():
-        if _job_of_runc_name(name) == job_id:
-            # runc removes a state dir it cannot load as well.
-            subprocess.run(["runc", "delete", "--force", name], capture_output=True, check=False)
-    for task_dir in TASKS_DIR.glob(f"oci-job{job_id}-*"):
-        shutil.rmtree(task_dir, ignore_errors=True)
 
 
 def markers_absent(*paths: Path) -> list[str]:

@@ -45,7 +45,7 @@ def runtime(cluster: Cluster, tmp_path: Path) -> Iterator[Runtime]:
 
 
 def _env() -> dict[str, str]:
-    from tests.integration.harness import podman_env
+    from tests.integration.accounts import podman_env
 
     return podman_env()
 

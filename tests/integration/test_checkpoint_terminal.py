@@ -23,10 +23,6 @@ from tests.integration.harness import (
 from tests.integration.terminal import Terminal, terminal
 
 
-def _inspect(runtime: Runtime, name: str, what: str) -> str:
-    return podman(runtime, "inspect", "--format", what, name).stdout.decode().strip()
-
-
 @pytest.fixture(params=["local", "slurm"])
 def run_mode(request: pytest.FixtureRequest, cluster: Cluster, tmp_path: Path,
              ) -> Iterator[Runtime]:

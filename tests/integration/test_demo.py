@@ -6,12 +6,12 @@ from __future__ import annotations
 import re
 import subprocess
 
+from tests.integration.accounts import USER, account
 from tests.integration.harness import REPO, Cluster
-from tests.integration.users import USER, account
 
 
 def test_the_demo_runs_as_an_ordinary_user_and_moves_a_container(cluster: Cluster) -> None:
-    uid = account(USER).pw_uid
+    uid = account(USER).uid
     done = subprocess.run(["bash", str(REPO / "scripts" / "demo.sh")], capture_output=True,
                           text=True, timeout=300, check=False)
     # The demo stopped the cluster on its way out: the next test starts it again.

@@ -1,5 +1,8 @@
 """events (runc's `events --stats` and `--interval`): the container's figures, read on
-the node of each task and summed, for whoever watches the container from the login side."""
+the node of each task and summed, for whoever watches the container from the login side.
+
+The figures come from the container's cgroup: root's containers here (a rootless one has
+no cgroup of its own on this cgroup v1 host, and its figures are all zero)."""
 
 from __future__ import annotations
 
@@ -36,17 +39,17 @@ def _pids(figures: dict[str, object]) -> int:
     return int(figures["pids"]["current"])  # type: ignore[index]
 
 
-def test_stats_give_the_containers_own_figures(runtime: Runtime) -> None:
-    name, container_id = _run(runtime)
+def test_stats_give_the_containers_own_figures(root_runtime: Runtime) -> None:
+    name, container_id = _run(root_runtime)
     try:
-        wait_for(lambda: _pids(_figures(runtime, container_id)) == 3, 30,
+        wait_for(lambda: _pids(_figures(root_runtime, container_id)) == 3, 30,
                  "the container's three processes in its figures")
-        figures = _figures(runtime, container_id)
+        figures = _figures(root_runtime, container_id)
         assert figures["memory"]["usage"]["usage"] > 0  # type: ignore[index]
         assert figures["cpu"]["usage"]["total"] > 0  # type: ignore[index]
     finally:
-        podman(runtime, "rm", "-f", "-t", "0", name)
-    gone = runtime.scrun("events", "--stats", container_id)
+        podman(root_runtime, "rm", "-f", "-t", "0", name)
+    gone = root_runtime.scrun("events", "--stats", container_id)
     assert gone.returncode == 1 and "does not exist" in gone.stderr, gone.stderr
 
 

@@ -1,4 +1,7 @@
-"""exec (podman exec): a process in the running container, on its task 0's node."""
+"""exec (podman exec): a process in the running container, on its task 0's node.
+
+podman is an ordinary user's; runc's own command line (`scrun exec` of a container made
+from a bundle) is root's, as runc is called with a bundle of root's."""
 
 from __future__ import annotations
 
@@ -80,18 +83,18 @@ def test_exec_into_a_container_that_is_not_running(local_runtime: Runtime, tmp_p
     assert local_runtime.scrun("delete", "done").returncode == 0
 
 
-def test_runc_style_exec_of_a_command(runtime: Runtime, tmp_path: Path) -> None:
+def test_runc_style_exec_of_a_command(root_runtime: Runtime, tmp_path: Path) -> None:
     """`scrun exec [-e NAME=VALUE] [--cwd DIR] ID CMD...`: the container's own process
     running CMD, whose own flags stay its own."""
     bundle = make_bundle(tmp_path, ["sleep", "1000"])
-    assert runtime.scrun("create", "-b", str(bundle), "rx").returncode == 0
+    assert root_runtime.scrun("create", "-b", str(bundle), "rx").returncode == 0
     try:
-        assert runtime.scrun("start", "rx").returncode == 0
-        done = runtime.scrun("exec", "-e", "X=42", "--cwd", "/tmp", "rx", "sh", "-c",
+        assert root_runtime.scrun("start", "rx").returncode == 0
+        done = root_runtime.scrun("exec", "-e", "X=42", "--cwd", "/tmp", "rx", "sh", "-c",
                              "echo $X $(pwd); exit 3")
         assert (done.returncode, done.stdout) == (3, "42 /tmp\n"), done.stderr
     finally:
-        runtime.scrun("delete", "--force", "rx")
+        root_runtime.scrun("delete", "--force", "rx")
 
 
 def test_ps_through_exec_lists_the_containers_processes(runtime: Runtime) -> None:

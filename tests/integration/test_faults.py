@@ -33,7 +33,6 @@ from tests.integration.harness import (
 from tests.integration.reliability import (
     ScopedLeakCheck,
     agent_pids,
-    clear_node_state,
     job_state,
     kill_node,
     kill_tree_at_once,
@@ -295,7 +294,6 @@ def test_the_node_of_the_container_dies(cluster: Cluster, tmp_path: Path) -> Non
     leaks = ScopedLeakCheck(runtime, str(tmp_path), conf)
     # --uts=host: the container lives in its node's namespace and dies with it.
     run = podman_background(runtime, "run", "--rm", "--uts=host", IMAGE, "sleep", "1000")
-    job = ""
     try:
         job = str(wait_running(runtime)[0]["job_id"])
         wait_container_up(conf, job)
@@ -307,8 +305,6 @@ def test_the_node_of_the_container_dies(cluster: Cluster, tmp_path: Path) -> Non
         wait_for(lambda: job_state(conf, job) != "RUNNING", 30, "the job to end")
     finally:
         _stop(run)
-        if job:
-            clear_node_state(conf, job)
         reboot_node(conf, "n1")
     leaks.check(timeout=60)
 

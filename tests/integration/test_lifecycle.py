@@ -1,4 +1,5 @@
-"""The OCI lifecycle through scrun's own command line, with real runc underneath."""
+"""The OCI lifecycle through scrun's own command line, with real runc underneath: as
+root, with bundles of root's, as runc's own command line is used."""
 
 from __future__ import annotations
 
@@ -124,38 +125,39 @@ def test_json_log_is_written_for_conmon(local_runtime: Runtime, tmp_path: Path) 
     assert "does not exist" in text_log.read_text()
 
 
-def test_kill_all_signals_every_process_of_the_container(runtime: Runtime, tmp_path: Path) -> None:
+def test_kill_all_signals_every_process_of_the_container(root_runtime: Runtime,
+        tmp_path: Path) -> None:
     """`kill` reaches the container's init alone, `kill --all` each of its processes."""
     child = "trap 'echo child-term; exit 0' TERM; while true; do sleep 0.1; done"
     bundle = make_bundle(tmp_path, ["sh", "-c", f"trap 'echo init-term' TERM; sh -c \"{child}\" & "
                                                 "echo ready; while true; do sleep 0.1; done"])
     output = tmp_path / "out"
     with open(output, "wb") as out:
-        created = subprocess.run([str(runtime.wrapper), "create", "-b", str(bundle), "ka"],
+        created = subprocess.run([str(root_runtime.wrapper), "create", "-b", str(bundle), "ka"],
                                  stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.DEVNULL,
                                  check=False)
-    assert created.returncode == 0, runtime.log_errors()
+    assert created.returncode == 0, root_runtime.log_errors()
     try:
-        assert runtime.scrun("start", "ka").returncode == 0
+        assert root_runtime.scrun("start", "ka").returncode == 0
         wait_for(lambda: "ready" in output.read_text(), 60, "the container to start")
-        assert runtime.scrun("kill", "ka", "TERM").returncode == 0
+        assert root_runtime.scrun("kill", "ka", "TERM").returncode == 0
         wait_for(lambda: "init-term" in output.read_text(), 30, "the init to get SIGTERM")
         assert "child-term" not in output.read_text()
-        assert runtime.scrun("kill", "--all", "ka", "TERM").returncode == 0
+        assert root_runtime.scrun("kill", "--all", "ka", "TERM").returncode == 0
         wait_for(lambda: "child-term" in output.read_text(), 30, "the child to get SIGTERM")
     finally:
-        runtime.scrun("kill", "ka", "KILL")
-        wait_for(lambda: _state(runtime, "ka")["status"] == "stopped", 30, "stopped")
-        assert runtime.scrun("delete", "ka").returncode == 0
+        root_runtime.scrun("kill", "ka", "KILL")
+        wait_for(lambda: _state(root_runtime, "ka")["status"] == "stopped", 30, "stopped")
+        assert root_runtime.scrun("delete", "ka").returncode == 0
 
 
-def test_ctrl_c_on_run_goes_to_the_container(runtime: Runtime, tmp_path: Path) -> None:
+def test_ctrl_c_on_run_goes_to_the_container(root_runtime: Runtime, tmp_path: Path) -> None:
     """As with `runc run`: the container gets SIGINT and decides how it ends."""
     bundle = make_bundle(tmp_path, ["sh", "-c", "trap 'echo got-int; exit 7' INT; echo ready; "
                                                 "while true; do sleep 0.1; done"])
     output = tmp_path / "out"
     with open(output, "wb") as out:
-        run = subprocess.Popen([str(runtime.wrapper), "run", "-b", str(bundle), "cc"],
+        run = subprocess.Popen([str(root_runtime.wrapper), "run", "-b", str(bundle), "cc"],
                                stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.DEVNULL)
     try:
         wait_for(lambda: "ready" in output.read_text(), 60, "the container to start")
@@ -166,4 +168,4 @@ def test_ctrl_c_on_run_goes_to_the_container(runtime: Runtime, tmp_path: Path) -
         if run.poll() is None:
             run.kill()
             run.wait()
-            runtime.scrun("delete", "--force", "cc")
+            root_runtime.scrun("delete", "--force", "cc")

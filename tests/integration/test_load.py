@@ -1,28 +1,34 @@
-"""Load: fifty containers through podman at once on the three-node cluster, a thousand
-`scrun state` calls while they run, and nothing left afterwards."""
+"""Load: fifty containers through an ordinary user's podman at once on the three-node
+cluster, a thousand `scrun state` calls while they run, and nothing left afterwards."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
+from tests.integration.accounts import USER, account, user_dir
 from tests.integration.harness import IMAGE, Cluster, make_slurm_runtime
 from tests.integration.reliability import ScopedLeakCheck, podman_background, wait_running
+from tests.integration.users import checkout_reachable
 
 CONTAINERS = 50
 STATE_CALLS = 1000
 
 
-def test_fifty_containers_at_once_and_a_thousand_state_calls(cluster: Cluster, tmp_path: Path,
-                                                             ) -> None:
+def test_fifty_containers_at_once_and_a_thousand_state_calls(cluster: Cluster) -> None:
     conf = cluster.up(3)
-    runtime = make_slurm_runtime(tmp_path, conf)
-    leaks = ScopedLeakCheck(runtime, str(tmp_path), conf)
-    gate = tmp_path / "gate"
+    user = account(USER)
+    checkout_reachable(user)
+    base = user_dir(user)
+    runtime = make_slurm_runtime(base, conf, account=user)
+    leaks = ScopedLeakCheck(runtime, str(base), conf)
+    gate = base / "gate"
     gate.mkdir()
+    os.chown(gate, user.uid, user.gid)
     # Each container says hello, waits at the gate (so that all of them run at once
     # while `state` is asked), then prints its number and exits with its own status.
     script = ("echo start-$N-$(hostname); while [ ! -e /gate/open ]; do sleep 0.2; done; "
@@ -75,3 +81,4 @@ def test_fifty_containers_at_once_and_a_thousand_state_calls(cluster: Cluster, t
     print(f"{CONTAINERS} running after {all_running - started:.1f} s, {STATE_CALLS} state calls "
           f"in {asked - all_running:.1f} s, all ended {ended - asked:.1f} s later")
     leaks.check(timeout=60)
+    shutil.rmtree(base, ignore_errors=True)

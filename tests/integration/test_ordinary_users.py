@@ -3,6 +3,9 @@ separate machines and on the local backend, as the user and nobody else.
 
 podman runs scrun as uid 0 of its user namespace; the jobs, the files and the
 processes must all be the real user's, and a second user must reach none of them.
+What every podman user does (run, stdin, exit codes, -it, -d, stop, kill, rm, exec)
+is tested as the ordinary user in test_podman.py and test_exec.py; here, what is the
+user's own: its jobs, its files, its allocation, other users, its mistakes.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.accounts import OTHER_USER, USER
 from tests.integration.harness import (
     IMAGE,
     OCI_CONFS,
@@ -28,8 +32,6 @@ from tests.integration.harness import (
 )
 from tests.integration.terminal import at_a_terminal
 from tests.integration.users import (
-    OTHER_USER,
-    USER,
     User,
     UserLeakCheck,
     checkout_reachable,
@@ -42,7 +44,7 @@ NODES = 3
 @pytest.fixture
 def slurm_user(cluster: Cluster) -> Iterator[User]:
     user = make_user(USER, cluster.up(NODES))
-    checkout_reachable(user)
+    checkout_reachable(user.account)
     leaks = UserLeakCheck(user)
     yield user
     leaks.check()
@@ -51,7 +53,7 @@ def slurm_user(cluster: Cluster) -> Iterator[User]:
 @pytest.fixture
 def local_user() -> Iterator[User]:
     user = make_user(USER, None)
-    checkout_reachable(user)
+    checkout_reachable(user.account)
     leaks = UserLeakCheck(user)
     yield user
     leaks.check()
@@ -62,18 +64,10 @@ def any_user(request: pytest.FixtureRequest, cluster: Cluster) -> Iterator[User]
     """The user on each backend in each oci.conf mode (runc run, or create and start)."""
     backend, mode = request.param.split("/")
     user = make_user(USER, cluster.up(NODES) if backend == "slurm" else None, OCI_CONFS[mode])
-    checkout_reachable(user)
+    checkout_reachable(user.account)
     leaks = UserLeakCheck(user)
     yield user
     leaks.check()
-
-
-def test_output_exit_code_and_stdin(any_user: User) -> None:
-    assert any_user.podman_ok("run", "--rm", IMAGE, "echo", "hi") == "hi"
-    done = any_user.podman("run", "--rm", IMAGE, "sh", "-c", "exit 3")
-    assert done.returncode == 3, done.stderr.decode()
-    done = any_user.podman("run", "--rm", "-i", IMAGE, "cat", input=b"through stdin\n")
-    assert (done.returncode, done.stdout) == (0, b"through stdin\n"), done.stderr.decode()
 
 
 def test_the_container_runs_as_the_users_own_job_on_a_node(slurm_user: User) -> None:
@@ -142,22 +136,6 @@ def test_a_container_in_the_users_own_allocation(slurm_user: User) -> None:
     inner = [line.split("=")[1] for line in said.split() if line.startswith("job=")]
     outer = [line.split("=")[1] for line in said.split() if line.startswith("outer=")]
     assert inner and inner == outer, said
-
-
-def test_interactive_terminal_under_tmux(any_user: User) -> None:
-    command = shlex.join(any_user.command(
-        ["podman", "--runtime", str(any_user.wrapper), "run", "-it", "--rm", IMAGE, "sh"]))
-    at_a_terminal(command, any_user.base / "result", status=4, resize=False)
-
-
-def test_detached_container_stop_kill_and_rm(any_user: User) -> None:
-    first = any_user.podman_ok("run", "-d", IMAGE, "sleep", "60")
-    second = any_user.podman_ok("run", "-d", IMAGE, "sleep", "60")
-    any_user.podman_ok("stop", "-t", "1", first)
-    any_user.podman_ok("kill", second)
-    any_user.podman_ok("rm", "-f", first, second)
-    left = any_user.podman_ok("ps", "-a", "--no-trunc", "--format", "{{.ID}}").split()
-    assert first not in left and second not in left
 
 
 def test_checkpoint_of_an_ordinary_users_container_says_why_not(local_user: User) -> None:

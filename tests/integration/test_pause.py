@@ -1,4 +1,7 @@
-"""pause and resume (podman pause/unpause): every task frozen and thawed, runc's refusals."""
+"""pause and resume (podman pause/unpause): every task frozen and thawed, runc's refusals.
+
+pause, resume and update are root's here: on this cgroup v1 host a rootless container
+has no cgroup of its own to freeze or limit (podman refuses them to an ordinary user)."""
 
 from __future__ import annotations
 
@@ -22,63 +25,63 @@ def _status(runtime: Runtime, name: str) -> str:
     return podman(runtime, "inspect", "--format", "{{.State.Status}}", name).stdout.decode().strip()
 
 
-def test_pause_stops_the_count_and_unpause_goes_on_from_there(runtime: Runtime) -> None:
+def test_pause_stops_the_count_and_unpause_goes_on_from_there(root_runtime: Runtime) -> None:
     name = f"p{uuid.uuid4().hex[:8]}"
-    started = podman(runtime, "run", "-d", "--name", name, IMAGE, "sh", "-c", COUNTER)
+    started = podman(root_runtime, "run", "-d", "--name", name, IMAGE, "sh", "-c", COUNTER)
     assert started.returncode == 0, started.stderr
     try:
-        wait_for(lambda: len(_counts(runtime, name)) >= 3, 60, "the count to start")
-        paused = podman(runtime, "pause", name)
+        wait_for(lambda: len(_counts(root_runtime, name)) >= 3, 60, "the count to start")
+        paused = podman(root_runtime, "pause", name)
         assert paused.returncode == 0, paused.stderr
-        assert _status(runtime, name) == "paused"
+        assert _status(root_runtime, name) == "paused"
         time.sleep(0.5)  # a line on its way when the freeze came
-        frozen = len(_counts(runtime, name))
+        frozen = len(_counts(root_runtime, name))
         time.sleep(1.5)
-        assert len(_counts(runtime, name)) == frozen, "the count went on while paused"
-        resumed = podman(runtime, "unpause", name)
+        assert len(_counts(root_runtime, name)) == frozen, "the count went on while paused"
+        resumed = podman(root_runtime, "unpause", name)
         assert resumed.returncode == 0, resumed.stderr
-        assert _status(runtime, name) == "running"
-        wait_for(lambda: len(_counts(runtime, name)) >= frozen + 3, 30, "the count to go on")
-        counts = _counts(runtime, name)
+        assert _status(root_runtime, name) == "running"
+        wait_for(lambda: len(_counts(root_runtime, name)) >= frozen + 3, 30, "the count to go on")
+        counts = _counts(root_runtime, name)
         assert counts == list(range(1, len(counts) + 1)), "the count did not go on from where it was"
     finally:
-        removed = podman(runtime, "rm", "-f", "-t", "0", name)
+        removed = podman(root_runtime, "rm", "-f", "-t", "0", name)
     assert removed.returncode == 0, removed.stderr
 
 
-def test_runc_refusals_leave_the_container_as_it_was(runtime: Runtime) -> None:
+def test_runc_refusals_leave_the_container_as_it_was(root_runtime: Runtime) -> None:
     name = f"p{uuid.uuid4().hex[:8]}"
-    assert podman(runtime, "run", "-d", "--name", name, IMAGE, "sleep", "1000").returncode == 0
-    container_id = podman(runtime, "inspect", "--format", "{{.Id}}", name).stdout.decode().strip()
+    assert podman(root_runtime, "run", "-d", "--name", name, IMAGE, "sleep", "1000").returncode == 0
+    container_id = podman(root_runtime, "inspect", "--format", "{{.Id}}", name).stdout.decode().strip()
     try:
-        wait_for(lambda: _status(runtime, name) == "running", 30, "the container to run")
-        resumed = runtime.scrun("resume", container_id)
+        wait_for(lambda: _status(root_runtime, name) == "running", 30, "the container to run")
+        resumed = root_runtime.scrun("resume", container_id)
         assert resumed.returncode == 1 and "container not paused" in resumed.stderr
-        assert runtime.scrun("pause", container_id).returncode == 0
-        again = runtime.scrun("pause", container_id)
+        assert root_runtime.scrun("pause", container_id).returncode == 0
+        again = root_runtime.scrun("pause", container_id)
         assert again.returncode == 1 and "container not running" in again.stderr
-        state = json.loads(runtime.scrun("state", container_id).stdout)
+        state = json.loads(root_runtime.scrun("state", container_id).stdout)
         assert state["status"] == "paused"
     finally:
         # A paused container is removed as any other: thawed, then killed.
-        removed = podman(runtime, "rm", "-f", "-t", "0", name)
+        removed = podman(root_runtime, "rm", "-f", "-t", "0", name)
     assert removed.returncode == 0, removed.stderr
 
 
-def test_podman_update_memory_reaches_the_container(runtime: Runtime) -> None:
+def test_podman_update_memory_reaches_the_container(root_runtime: Runtime) -> None:
     name = f"u{uuid.uuid4().hex[:8]}"
     watch = "while true; do cat /sys/fs/cgroup/memory/memory.limit_in_bytes; sleep 0.2; done"
-    assert podman(runtime, "run", "-d", "--name", name, IMAGE, "sh", "-c", watch).returncode == 0
+    assert podman(root_runtime, "run", "-d", "--name", name, IMAGE, "sh", "-c", watch).returncode == 0
     try:
-        wait_for(lambda: podman(runtime, "logs", name).stdout.strip() != b"", 60,
+        wait_for(lambda: podman(root_runtime, "logs", name).stdout.strip() != b"", 60,
                  "the container to report its memory limit")
-        updated = podman(runtime, "update", "--memory", "64m", name)
+        updated = podman(root_runtime, "update", "--memory", "64m", name)
         assert updated.returncode == 0, updated.stderr
-        wait_for(lambda: b"67108864" in podman(runtime, "logs", name).stdout, 30,
+        wait_for(lambda: b"67108864" in podman(root_runtime, "logs", name).stdout, 30,
                  "the new memory limit in the container's cgroup")
     finally:
-        podman(runtime, "rm", "-f", "-t", "0", name)
-    bad = runtime.scrun("update", "--memory", "lots", "x")
+        podman(root_runtime, "rm", "-f", "-t", "0", name)
+    bad = root_runtime.scrun("update", "--memory", "lots", "x")
     assert bad.returncode == 2 and "needs a number" in bad.stderr
 
 

@@ -1,4 +1,5 @@
-"""podman drives scrun end to end: local and Slurm backends, both oci.conf modes."""
+"""podman drives scrun end to end: local and Slurm backends, both oci.conf modes, as
+an ordinary user with rootless podman (whom scrun is for)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from tests.integration.harness import (
     hangs_and_failures,
     podman,
     podman_command_line,
-    podman_env,
     wait_for,
 )
 from tests.integration.terminal import at_a_terminal
@@ -96,32 +96,32 @@ def test_interactive_terminal_under_tmux(runtime: Runtime, tmp_path: Path) -> No
                   tmp_path / "result")
 
 
-def test_many_sequential_runs_never_hang(default_runtime: Runtime) -> None:
+def test_many_sequential_runs_never_hang(users_local_runtime: Runtime) -> None:
     assert hangs_and_failures(
-        100, lambda: podman(default_runtime, "run", "--rm", IMAGE, "true", timeout=60),
-        default_runtime) == []
+        100, lambda: podman(users_local_runtime, "run", "--rm", IMAGE, "true", timeout=60),
+        users_local_runtime) == []
 
 
-def _run_with_fd3(runtime: Runtime, fd3: Path, command: str) -> subprocess.CompletedProcess[bytes]:
-    """podman run --preserve-fds 1 with fd 3 open on fd3, as systemd's socket activation
-    hands descriptors on."""
-    return subprocess.run(
+def _run_with_fd3(runtime: Runtime, command: str) -> tuple[subprocess.CompletedProcess[bytes], Path]:
+    """podman run --preserve-fds 1 with fd 3 open on a file of the user's, as systemd's
+    socket activation hands descriptors on; that file."""
+    fd3 = runtime.wrapper.parent / "fd3"
+    done = runtime.account.run(
         ["sh", "-c", f'exec 3>"{fd3}"; exec podman --runtime {runtime.wrapper} run --rm '
-                     f'--preserve-fds 1 {IMAGE} sh -c "{command}"'],
-        env=podman_env(), capture_output=True, timeout=120, check=False)
+                     f'--preserve-fds 1 {IMAGE} sh -c "{command}"'])
+    return done, fd3
 
 
-def test_preserved_fds_reach_the_container_on_the_local_backend(local_runtime: Runtime,
-                                                                tmp_path: Path) -> None:
-    fd3 = tmp_path / "fd3"
-    done = _run_with_fd3(local_runtime, fd3, "echo through fd 3 >&3")
+def test_preserved_fds_reach_the_container_on_the_local_backend(users_local_runtime: Runtime,
+                                                                ) -> None:
+    done, fd3 = _run_with_fd3(users_local_runtime, "echo through fd 3 >&3")
     assert done.returncode == 0, done.stderr
     assert fd3.read_text() == "through fd 3\n"
 
 
-def test_preserved_fds_through_slurm_are_refused_in_one_line(slurm_runtime: Runtime,
-                                                              tmp_path: Path) -> None:
-    done = _run_with_fd3(slurm_runtime, tmp_path / "fd3", "true")
+def test_preserved_fds_through_slurm_are_refused_in_one_line(users_slurm_runtime: Runtime,
+                                                              ) -> None:
+    done, _ = _run_with_fd3(users_slurm_runtime, "true")
     assert done.returncode != 0
     said = [line for line in done.stderr.decode().splitlines() if "preserve-fds" in line]
     assert said and "cannot reach a container on another machine" in said[0], done.stderr

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.harness import IMAGE, Runtime, make_bundle, podman_env, slurm, wait_for
+from tests.integration.accounts import podman_env
+from tests.integration.harness import IMAGE, Runtime, make_bundle, slurm, wait_for
 from tests.integration.reliability import job_state
 
 WITHDRAWN_WITHIN = 10.0

@@ -10,17 +10,18 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.integration.accounts import USER
 from tests.integration.dockerd import IMAGE, RUNTIME
 from tests.integration.harness import Cluster
 from tests.integration.rootless_dockerd import RootlessDockerd
-from tests.integration.users import USER, UserLeakCheck, checkout_reachable, make_user
+from tests.integration.users import UserLeakCheck, checkout_reachable, make_user
 
 
 @pytest.fixture(params=["slurm", "local"])
 def rootless_docker(request: pytest.FixtureRequest, cluster: Cluster,
                     ) -> Iterator[RootlessDockerd]:
     user = make_user(USER, cluster.up(1) if request.param == "slurm" else None)
-    checkout_reachable(user)
+    checkout_reachable(user.account)
     leaks = UserLeakCheck(user)
     dockerd = RootlessDockerd(user)
     dockerd.start()

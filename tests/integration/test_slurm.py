@@ -1,4 +1,5 @@
-"""Containers as Slurm jobs: allocation, options, nodes, output variables, lifecycle."""
+"""Containers as Slurm jobs: allocation, options, nodes, output variables, lifecycle,
+as an ordinary user's rootless podman makes them (the jobs are the user's)."""
 
 from __future__ import annotations
 
@@ -19,9 +20,7 @@ from tests.integration.harness import (
     Runtime,
     hangs_and_failures,
     make_bundle,
-    make_slurm_runtime,
     podman,
-    podman_env,
     slurm,
     wait_for,
 )
@@ -33,61 +32,61 @@ def _job_record(cluster_conf: Path, job_id: str) -> dict[str, str]:
     return dict(re.findall(r"(\w+)=(\S*)", done.stdout))
 
 
-def test_container_runs_as_a_job_and_sees_its_variables(slurm_runtime: Runtime) -> None:
-    done = podman(slurm_runtime, "run", "--rm", IMAGE, "sh", "-c",
+def test_container_runs_as_a_job_and_sees_its_variables(users_slurm_runtime: Runtime) -> None:
+    done = podman(users_slurm_runtime, "run", "--rm", IMAGE, "sh", "-c",
                   "echo job=$SLURM_JOB_ID nodes=$SLURM_JOB_NODELIST cid=$SLURM_CONTAINER_ID")
     assert done.returncode == 0, done.stderr
     out = done.stdout.decode()
     job = re.search(r"job=(\d+) nodes=(n\d) cid=(\w+)", out)
     assert job, out
-    record = _job_record(slurm_runtime.slurm_conf.resolve(), job.group(1))
+    record = _job_record(users_slurm_runtime.slurm_conf.resolve(), job.group(1))
     assert record["JobName"] == "scrun"
     assert record["JobState"] in ("COMPLETED", "COMPLETING")  # given back, not cancelled
 
 
 @pytest.mark.nodes(3)
-def test_three_nodes_three_tasks(slurm_runtime: Runtime) -> None:
-    done = podman(slurm_runtime, "run", "--rm", "--uts=host", "-e", "SCRUN_JOB_NUM_NODES=3",
+def test_three_nodes_three_tasks(users_slurm_runtime: Runtime) -> None:
+    done = podman(users_slurm_runtime, "run", "--rm", "--uts=host", "-e", "SCRUN_JOB_NUM_NODES=3",
                   "-e", "SCRUN_NTASKS=3", IMAGE, "hostname")
     assert done.returncode == 0, done.stderr
     assert sorted(done.stdout.decode().split()) == ["n1", "n2", "n3"]
 
 
-def test_job_options_reach_the_job_record(slurm_runtime: Runtime) -> None:
-    done = podman(slurm_runtime, "run", "--rm", "-e", "SCRUN_TIMELIMIT=1", "-e",
+def test_job_options_reach_the_job_record(users_slurm_runtime: Runtime) -> None:
+    done = podman(users_slurm_runtime, "run", "--rm", "-e", "SCRUN_TIMELIMIT=1", "-e",
                   "SCRUN_PARTITION=other", "-e", "SCRUN_JOB_NAME=named-by-test", "-e",
                   "SCRUN_NTASKS=2", IMAGE, "sh", "-c", "echo $SLURM_JOB_ID")
     assert done.returncode == 0, done.stderr
     job_id = done.stdout.decode().split()[0]
-    record = _job_record(slurm_runtime.slurm_conf.resolve(), job_id)
+    record = _job_record(users_slurm_runtime.slurm_conf.resolve(), job_id)
     assert record["TimeLimit"] == "00:01:00"
     assert record["Partition"] == "other"
     assert record["JobName"] == "named-by-test"
     assert record["NumTasks"] == "2"
 
 
-def test_unknown_partition_fails_create_and_leaves_no_job(slurm_runtime: Runtime) -> None:
-    done = podman(slurm_runtime, "run", "--rm", "-e", "SCRUN_PARTITION=nosuch", IMAGE, "true")
+def test_unknown_partition_fails_create_and_leaves_no_job(users_slurm_runtime: Runtime) -> None:
+    done = podman(users_slurm_runtime, "run", "--rm", "-e", "SCRUN_PARTITION=nosuch", IMAGE, "true")
     assert done.returncode != 0
     assert b"Invalid partition name" in done.stderr
 
 
-def test_invalid_option_value_fails_create(slurm_runtime: Runtime) -> None:
-    done = podman(slurm_runtime, "run", "--rm", "-e", "SCRUN_TIMELIMIT=soon", IMAGE, "true")
+def test_invalid_option_value_fails_create(users_slurm_runtime: Runtime) -> None:
+    done = podman(users_slurm_runtime, "run", "--rm", "-e", "SCRUN_TIMELIMIT=soon", IMAGE, "true")
     assert done.returncode != 0
     assert b"job allocation failed" in done.stderr
 
 
-def test_job_environment_carries_the_output_variables(cluster: object, tmp_path: Path) -> None:
-    conf = cluster.up(1)  # type: ignore[attr-defined]
-    seen = tmp_path / "agent-env"
+def test_job_environment_carries_the_output_variables(users_slurm_runtime: Runtime) -> None:
+    runtime = users_slurm_runtime
+    seen = runtime.wrapper.parent / "agent-env"
     oci_conf = (
         f'RunTimeQuery="runc state %n.%u.%j.%s.%t"\n'
         f'RunTimeKill="runc kill -a %n.%u.%j.%s.%t"\n'
         f'RunTimeDelete="runc delete --force %n.%u.%j.%s.%t"\n'
         f'RunTimeRun="env > {seen}; runc run %n.%u.%j.%s.%t -b %b"\n'
     )
-    runtime = make_slurm_runtime(tmp_path, conf, oci_conf)
+    runtime.write_conf("oci.conf", oci_conf)
     done = podman(runtime, "run", "--rm", "--annotation", "org.example.tag=v1", IMAGE, "true")
     assert done.returncode == 0, done.stderr
     env = dict(line.split("=", 1) for line in seen.read_text().splitlines() if "=" in line)
@@ -98,18 +97,21 @@ def test_job_environment_carries_the_output_variables(cluster: object, tmp_path:
                  "SCRUN_SUBMISSION_ROOTFS_PATH", "SCRUN_LOG_FORMAT", "SLURM_JOB_ID",
                  "SLURM_CONTAINER_ID"):
         assert env.get(name), f"{name} missing from the job environment"
-    assert env["SCRUN_USER"] == "root"
+    assert env["SCRUN_USER"] == runtime.account.name
+    assert env["SCRUN_USER_ID"] == str(runtime.account.uid)
     assert env["SCRUN_ROOT"] == str(runtime.root)
     assert env["SCRUN_ANNOTATION_ORG_EXAMPLE_TAG"] == "v1"
 
 
-def test_existing_job_is_used_and_not_ended(slurm_runtime: Runtime) -> None:
-    conf = slurm_runtime.slurm_conf.resolve()
-    alloc = slurm(conf, "salloc", "--no-shell", "--job-name=given")
-    job_id = re.search(r"Granted job allocation (\d+)", alloc.stderr)
+def test_existing_job_is_used_and_not_ended(users_slurm_runtime: Runtime) -> None:
+    conf = users_slurm_runtime.slurm_conf.resolve()
+    # The user's own allocation: a job of another user's is not the user's to use.
+    alloc = users_slurm_runtime.account.run(["salloc", "--no-shell", "--job-name=given"],
+                                            env={"SLURM_CONF": str(conf)})
+    job_id = re.search(r"Granted job allocation (\d+)", alloc.stderr.decode())
     assert job_id, alloc.stderr
     try:
-        done = podman(slurm_runtime, "run", "--rm", "-e", f"SLURM_JOB_ID={job_id.group(1)}",
+        done = podman(users_slurm_runtime, "run", "--rm", "-e", f"SLURM_JOB_ID={job_id.group(1)}",
                       IMAGE, "sh", "-c", "echo $SLURM_JOB_ID")
         assert done.returncode == 0, done.stderr
         assert done.stdout.decode().split() == [job_id.group(1)]
@@ -124,18 +126,19 @@ def _anchor_pid(runtime: Runtime) -> int:
     return int(states[0]["pid"])
 
 
-def test_kill_9_of_the_anchor_ends_the_job(slurm_runtime: Runtime) -> None:
-    conf = slurm_runtime.slurm_conf.resolve()
+def test_kill_9_of_the_anchor_ends_the_job(users_slurm_runtime: Runtime) -> None:
+    conf = users_slurm_runtime.slurm_conf.resolve()
     proc = subprocess.Popen(
-        ["podman", "--runtime", str(slurm_runtime.wrapper), "run", "--rm", IMAGE, "sleep", "1000"],
-        env=podman_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        users_slurm_runtime.account.command(["podman", "--runtime", str(users_slurm_runtime.wrapper),
+                                             "run", "--rm", IMAGE, "sleep", "1000"]),
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_for(lambda: list(slurm_runtime.root.glob("*/state.json"))
-                 and json.loads(next(slurm_runtime.root.glob("*/state.json")).read_text())
+        wait_for(lambda: list(users_slurm_runtime.root.glob("*/state.json"))
+                 and json.loads(next(users_slurm_runtime.root.glob("*/state.json")).read_text())
                  ["status"] == "running", 30, "the container to run")
         jobs_before = slurm(conf, "squeue", "-h").stdout.strip()
         assert jobs_before
-        os.kill(_anchor_pid(slurm_runtime), signal.SIGKILL)
+        os.kill(_anchor_pid(users_slurm_runtime), signal.SIGKILL)
         started = time.monotonic()
         wait_for(lambda: not slurm(conf, "squeue", "-h").stdout.strip(), 10, "the job to end")
         assert time.monotonic() - started < 10
@@ -145,21 +148,21 @@ def test_kill_9_of_the_anchor_ends_the_job(slurm_runtime: Runtime) -> None:
             proc.kill()
 
 
-def test_stop_ends_the_job(slurm_runtime: Runtime) -> None:
-    conf = slurm_runtime.slurm_conf.resolve()
+def test_stop_ends_the_job(users_slurm_runtime: Runtime) -> None:
+    conf = users_slurm_runtime.slurm_conf.resolve()
     name = f"stop{uuid.uuid4().hex[:8]}"
-    done = podman(slurm_runtime, "run", "-d", "--name", name, IMAGE, "sleep", "1000")
+    done = podman(users_slurm_runtime, "run", "-d", "--name", name, IMAGE, "sleep", "1000")
     assert done.returncode == 0, done.stderr
     assert slurm(conf, "squeue", "-h").stdout.strip()
-    assert podman(slurm_runtime, "stop", "-t", "1", name).returncode == 0
-    assert podman(slurm_runtime, "rm", name).returncode == 0
+    assert podman(users_slurm_runtime, "stop", "-t", "1", name).returncode == 0
+    assert podman(users_slurm_runtime, "rm", name).returncode == 0
     wait_for(lambda: not slurm(conf, "squeue", "-h").stdout.strip(), 10, "the job to end")
 
 
-def test_two_hundred_sequential_runs_never_hang(slurm_runtime: Runtime) -> None:
+def test_two_hundred_sequential_runs_never_hang(users_slurm_runtime: Runtime) -> None:
     assert hangs_and_failures(
-        200, lambda: podman(slurm_runtime, "run", "--rm", IMAGE, "/bin/true", timeout=60),
-        slurm_runtime) == []
+        200, lambda: podman(users_slurm_runtime, "run", "--rm", IMAGE, "/bin/true", timeout=60),
+        users_slurm_runtime) == []
 
 
 def test_an_srun_that_cannot_run_says_why(slurm_runtime: Runtime, tmp_path: Path) -> None:

@@ -101,10 +101,12 @@ def test_podman_cp_reaches_the_container_and_never_the_host(runtime: Runtime) ->
                          f"while [ ! -f /tmp/{copied_in} ]; do sleep 0.1; done; "
                          f"tr a-z A-Z < /tmp/{copied_in} > /tmp/{answer}.part && "
                          f"mv /tmp/{answer}.part /tmp/{answer}; sleep 1000")
-    source = Path(f"/srv/pyscrun-tmp/{copied_in}")
-    target = Path(f"/srv/pyscrun-tmp/{answer}")
+    # Files of the account's own, on the cluster file system (the test's directory).
+    source = runtime.wrapper.parent / copied_in
+    target = runtime.wrapper.parent / answer
     try:
         source.write_text("from the caller\n")
+        os.chown(source, runtime.account.uid, runtime.account.gid)
         done = podman(runtime, "cp", str(source), f"{name}:/tmp/")
         assert done.returncode == 0, done.stderr
         assert not Path(f"/tmp/{copied_in}").exists(), "podman cp wrote into the host's /tmp"
@@ -115,9 +117,10 @@ def test_podman_cp_reaches_the_container_and_never_the_host(runtime: Runtime) ->
         wait_for(answered, 60, "the container to answer the file copied in")
         assert target.read_text() == "FROM THE CALLER\n"
         # The host's own /tmp is not the container's.
-        read = podman(runtime, "cp", f"{name}:{planted}", f"/srv/pyscrun-tmp/leak-{tag}")
+        leak = runtime.wrapper.parent / f"leak-{tag}"
+        read = podman(runtime, "cp", f"{name}:{planted}", str(leak))
         assert read.returncode != 0
-        assert not Path(f"/srv/pyscrun-tmp/leak-{tag}").exists()
+        assert not leak.exists()
         assert planted.read_text() == "the host's\n"
     finally:
         podman(runtime, "rm", "-f", "-t", "0", name)

@@ -8,14 +8,13 @@ its own user namespace, and what they leave behind is looked for on every machin
 from __future__ import annotations
 
 import os
-import pwd
 import shutil
 import subprocess
-import uuid
 from pathlib import Path
 
 import pytest
 
+from tests.integration.accounts import Account, account, user_dir
 from tests.integration.harness import (
     REPO,
     SCRUN,
@@ -28,17 +27,6 @@ from tests.integration.harness import (
     write_node_conf,
 )
 
-USER = "pyscrun-user"
-OTHER_USER = "pyscrun-user2"
-USER_TMP = Path("/srv/pyscrun-tmp/users")
-
-
-def account(name: str) -> pwd.struct_passwd:
-    try:
-        return pwd.getpwnam(name)
-    except KeyError:
-        pytest.fail(f"test user {name} is missing: run `make setup` (scripts/users-setup.sh)")
-
 
 class User:
     """One ordinary user with scrun as podman's runtime: a wrapper naming the
@@ -47,9 +35,9 @@ class User:
     def __init__(self, name: str, base: Path, slurm_conf: Path | None,
                  oci_conf: str | None = None) -> None:
         self.name = name
-        entry = account(name)
-        self.uid, self.gid, self.home = entry.pw_uid, entry.pw_gid, Path(entry.pw_dir)
-        self.runtime_dir = Path(f"/run/user/{self.uid}")
+        self.account = account(name)
+        self.uid, self.gid, self.home = self.account.uid, self.account.gid, self.account.home
+        self.runtime_dir = self.account.runtime_dir
         self.base = base
         self.slurm_conf = slurm_conf
         self.conf_dir = base / "etc"
@@ -69,24 +57,18 @@ class User:
             os.chown(path, self.uid, self.gid)
 
     def runtime_dir_on(self, machine: int) -> Path:
-        """The login side's /run/user/UID; a compute node has none (no login manager
-        runs there) and the agent makes a private one in the node's /tmp."""
-        return self.runtime_dir if machine == 0 else Path(f"/tmp/pyscrun-runtime-{self.uid}")
+        return self.account.runtime_dir_on(machine)
 
-    def env(self) -> dict[str, str]:
-        return {"PATH": "/usr/bin:/bin", "HOME": str(self.home), "USER": self.name,
-                "XDG_RUNTIME_DIR": str(self.runtime_dir),
-                "PODMAN_IGNORE_CGROUPSV1_WARNING": "1",
-                **({"SLURM_CONF": str(self.slurm_conf)} if self.slurm_conf else {})}
+    def _slurm_env(self, env: dict[str, str] | None) -> dict[str, str]:
+        return {**({"SLURM_CONF": str(self.slurm_conf)} if self.slurm_conf else {}), **(env or {})}
 
     def command(self, argv: list[str], env: dict[str, str] | None = None) -> list[str]:
-        pairs = [f"{k}={v}" for k, v in {**self.env(), **(env or {})}.items()]
-        return ["runuser", "-u", self.name, "--", "env", "-i", *pairs, *argv]
+        return self.account.command(argv, self._slurm_env(env))
 
     def run(self, *argv: str, input: bytes | None = None, timeout: float = 120,
             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
-        return subprocess.run(self.command(list(argv), env), input=input, capture_output=True,
-                              timeout=timeout, cwd="/", check=False)
+        return self.account.run(list(argv), input=input, timeout=timeout,
+                                env=self._slurm_env(env))
 
     def podman(self, *args: str, input: bytes | None = None, timeout: float = 120,
                ) -> subprocess.CompletedProcess[bytes]:
@@ -110,10 +92,7 @@ def make_user(name: str, slurm_conf: Path | None, oci_conf: str | None = None) -
     """The user with scrun as podman's runtime: Slurm through slurm_conf (None: the
     local backend), oci_conf beside it and on every node (None: the built-in one)."""
     require("runuser", "util-linux")
-    USER_TMP.mkdir(mode=0o755, parents=True, exist_ok=True)
-    base = USER_TMP / f"{name}-{uuid.uuid4().hex[:10]}"
-    base.mkdir(mode=0o755)
-    return User(name, base, slurm_conf, oci_conf)
+    return User(name, user_dir(account(name)), slurm_conf, oci_conf)
 
 
 class UserLeakCheck(Leftovers):
@@ -178,9 +157,9 @@ class UserLeakCheck(Leftovers):
                               ignore_errors=True)
 
 
-def checkout_reachable(user: User) -> None:
+def checkout_reachable(user: Account) -> None:
     """The users run the checkout's scrun: say how to fix it when they cannot."""
-    done = user.run("test", "-x", str(SCRUN))
+    done = user.run(["test", "-x", str(SCRUN)])
     if done.returncode != 0:
         pytest.fail(f"{user.name} cannot run {SCRUN}: run `make setup` (scripts/users-setup.sh "
                     f"lets others traverse the directories above {REPO})")

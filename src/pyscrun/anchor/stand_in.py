@@ -52,9 +52,14 @@ class StandIn:
         try:
             pid = linux.fork_in_new_pid_namespace()
         except PermissionError:
-            # Unprivileged, outside any user namespace of its own: the host's pid
-            # namespace, but every other namespace of its own (below).
-            pid = os.fork()
+            try:
+                # Inside rootless podman's user namespace, which may make a pid
+                # namespace but not come back from it.
+                pid = linux.fork_adopted_in_new_pid_namespace()
+            except PermissionError:
+                # Unprivileged, outside any user namespace of its own: the host's pid
+                # namespace, but every other namespace of its own (below).
+                pid = os.fork()
         if pid == 0:
             try:
                 _serve(orders_read, answers_write)
