@@ -1,0 +1,150 @@
+"""The container's step: started now or once its queued job runs, a node agent on
+every task, and the launcher killed when the step will not end.
+
+A base of the anchor (anchor/daemon.py), which holds the state it works on."""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+
+from pyscrun import identity, jsonc, log
+from pyscrun.anchor.orders import Orders
+from pyscrun.anchor.stdio import CallerStdio
+from pyscrun.backends.base import LaunchRequest
+from pyscrun.conf import scrun_env
+from pyscrun.errors import InvalidState, ScrunError
+from pyscrun.oci.state import CREATED, RUNNING
+from pyscrun.watch import watch
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pyscrun.anchor.agent_port import AgentPort
+    from pyscrun.backends.base import Allocation
+    from pyscrun.conf.site import Site
+
+
+class Launch(Orders):
+    # What the anchor holds (anchor/daemon.py), beside what Orders uses.
+    site: Site
+    selector: selectors.BaseSelector
+    secret: bytes
+    allocation: Allocation | None
+    agent_port: AgentPort | None
+    stdio: CallerStdio | None
+    bundle_probe: str
+
+    def _start(self) -> None:
+        if self.state.status != CREATED:
+            raise InvalidState(f"cannot start a container that is {self.state.status}")
+        assert self.allocation is not None
+        self.state.status = RUNNING
+        self.store.save(self.state)
+        if self.allocation.queued:
+            # Started once its job runs. podman shows the container's stderr from now.
+            log.tell_caller(f"scrun: job {self.allocation.job_id} queued and waiting for resources")
+            return
+        self._launch()
+
+    def _follow_queued_job(self, fd: int) -> None:
+        """The queued job came (stage in, and launch if started) or never will."""
+        assert self.allocation is not None
+        try:
+            self.backend.advance(self.allocation)
+            if self.allocation.queued:
+                return
+            watch(self.selector, fd, 0, "queued")
+            self.staging.stage_in(self.allocation)
+            if self.state.status == RUNNING:
+                self._launch()
+        except ScrunError as err:
+            watch(self.selector, fd, 0, "queued")
+            log.current.error(str(err))
+            log.tell_caller(f"scrun: error: {err}")
+            self.exit_status = 255
+
+    def _launch(self) -> None:
+        """The step: a node agent on every task."""
+        assert self.allocation is not None and self.agent_port is not None
+        agent_env = {
+            "PYSCRUN_AGENT_CONTAINER_ID": self.state.id,
+            "PYSCRUN_AGENT_BUNDLE": self.staging.bundle,
+            "PYSCRUN_AGENT_PORT": str(self.agent_port.port),
+            "PYSCRUN_AGENT_SECRET": self.secret.hex(),
+            "PYSCRUN_AGENT_JOB_ID": self.allocation.job_id,
+            # The step's command, as srun gives it: what IgnoreFileConfigJson runs.
+            "PYSCRUN_AGENT_ARGS": jsonc.dumps(self.request.bundle.config["process"]["args"]),
+        }
+        if self.request.restore is not None:
+            agent_env["PYSCRUN_AGENT_RESTORE"] = jsonc.dumps(self.request.restore)
+        if self.backend.name == "local":
+            # The agent runs on this machine, with its configuration: it dials the
+            # anchor on loopback.
+            agent_env["PYSCRUN_AGENT_HOST"] = "127.0.0.1"
+            agent_env["PYSCRUN_AGENT_SLURM_CONF"] = self.site.slurm_conf
+            # Its stand-in takes the container's namespaces as soon as it runs.
+            agent_env["PYSCRUN_AGENT_RUNNING"] = "report"
+            if self.request.preserve_fds:
+                agent_env["PYSCRUN_AGENT_PRESERVE_FDS"] = str(self.request.preserve_fds)
+        else:
+            # An ordinary user's container runs on the node in the user namespace
+            # rootless podman gave it here.
+            agent_env["PYSCRUN_AGENT_USERNS"] = identity.namespace_maps()
+            # A node that does not see the bundle asks for it (anchor/shipping.py); a
+            # rootfs mounted here (docker's overlay) no node sees.
+            from pyscrun.anchor.checkpointing import place_probe
+            from pyscrun.anchor.shipping import Shipment
+
+            self.shipment = Shipment(self.staging.bundle, self.store.spool_dir(self.state.id))
+            if os.path.ismount(self.staging.rootfs):
+                agent_env["PYSCRUN_AGENT_BUNDLE_SHIP"] = "always"
+            else:
+                try:
+                    self.bundle_probe = place_probe(self.staging.bundle)
+                    agent_env["PYSCRUN_AGENT_BUNDLE_PROBE"] = os.path.basename(self.bundle_probe)
+                except OSError as err:
+                    log.current.debug(f"no probe in the bundle ({err.strerror}): nodes see it")
+        pass_stdio = self.backend.name == "slurm" and self.terminal_fd is None
+        if pass_stdio:
+            self.stdio = CallerStdio()
+            agent_env["PYSCRUN_AGENT_STDIO"] = "stream"
+        request = LaunchRequest(
+            agent_env=agent_env,
+            job_env={**self.staging.output_env(), **self.allocation.env},
+            terminal_fd=self.terminal_fd,
+            step_args=scrun_env.arguments(self.request.job_options, scrun_env.STEP),
+            pass_stdio=pass_stdio,
+            preserve_fds=self.request.preserve_fds,
+        )
+        try:
+            self.step = self.backend.launch(self.site, self.allocation, request)
+        except ScrunError:
+            self.exit_status = 255
+            raise
+        self.selector.register(os.pidfd_open(self.step.pid), selectors.EVENT_READ, "step")
+        # The container's stdio now belongs to the step alone.
+        _detach_stdio()
+        if self.terminal_fd is not None:
+            os.close(self.terminal_fd)
+            self.terminal_fd = None
+
+    def _force_stop(self) -> None:
+        """The step ignored SIGKILL for KILL_GRACE seconds, or outlived its node agents
+        by AGENT_LOST_GRACE: kill its launcher."""
+        self.kill_deadline = None
+        if self.step is not None:
+            log.current.error("the container's step did not end: killing its launcher")
+            try:
+                os.kill(self.step.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        else:
+            self.exit_status = 128 + signal.SIGKILL
+
+
+def _detach_stdio() -> None:
+    null = os.open(os.devnull, os.O_RDWR)
+    for target in (0, 1, 2):
+        os.dup2(null, target)
+    os.close(null)
