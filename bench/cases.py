@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 
 from bench.harness import (
+    CREATE_START_OCI_CONF,
     IMAGE,
     QUICK,
     REPO,
@@ -164,9 +165,18 @@ def stdout_throughput(rt: Runtimes) -> list[Result]:
 
     results = []
     runs = 2 if QUICK else 3
-    for name, wrapper in (("stdout-throughput-slurm", rt.slurm), ("stdout-throughput-local", rt.local)):
-        mine, ref = interleave(runs, lambda w=wrapper: throughput(str(w)),
-                               lambda: throughput("runc"))
+    # Through Slurm in both oci.conf modes: in run mode (the built-in oci.conf, Slurm's
+    # example) runc run copies the container's stdio through pipes of its own first.
+    for name, wrapper, node_conf in (
+            ("stdout-throughput-slurm", rt.slurm, None),
+            ("stdout-throughput-slurm-create-start", rt.slurm_create_start, CREATE_START_OCI_CONF),
+            ("stdout-throughput-local", rt.local, None)):
+        rt.node_oci_conf(node_conf)
+        try:
+            mine, ref = interleave(runs, lambda w=wrapper: throughput(str(w)),
+                                   lambda: throughput("runc"))
+        finally:
+            rt.node_oci_conf(None)
         results.append(_ratio(name, mine, ref, "MiB/s", "podman with runc", ">= 0.8"))
     return results
 

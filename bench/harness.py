@@ -21,6 +21,12 @@ TEST_HOME = Path(os.environ.get("PYSCRUN_TEST_HOME", "/srv/pyscrun-test"))
 IMAGE = "localhost/pyscrun-test:latest"
 QUICK = os.environ.get("BENCH_QUICK") == "1"
 SHARED_TMP = Path("/srv/pyscrun-tmp")
+# runc in create/start mode (Slurm's other way to run a container): runc create passes
+# the container the node agent's pipes, where runc run copies them through its own.
+CREATE_START_OCI_CONF = "".join(
+    f'{directive}="runc {verb} %n.%u.%j.%s.%t"\n' for directive, verb in (
+        ("RunTimeQuery", "state"), ("RunTimeCreate", "create --bundle %b"),
+        ("RunTimeStart", "start"), ("RunTimeKill", "kill -a"), ("RunTimeDelete", "delete --force")))
 
 
 @dataclass
@@ -84,15 +90,18 @@ class Runtimes:
         self.local = self._wrapper("local", None)
         self.slurm_conf = self._cluster_up()
         self.slurm = self._wrapper("slurm", self.slurm_conf)
+        self.slurm_create_start = self._wrapper("slurm-cs", self.slurm_conf, CREATE_START_OCI_CONF)
 
     def _cluster_up(self) -> Path:
         done = subprocess.run(["bash", str(REPO / "scripts/cluster.sh"), "up", "1"],
                               capture_output=True, text=True, check=True)
         return Path(done.stdout.strip().splitlines()[-1].removeprefix("export SLURM_CONF="))
 
-    def _wrapper(self, name: str, slurm_conf: Path | None) -> Path:
+    def _wrapper(self, name: str, slurm_conf: Path | None, oci_conf: str | None = None) -> Path:
         conf_dir = self.dir / f"{name}-etc"
         conf_dir.mkdir()
+        if oci_conf is not None:
+            (conf_dir / "oci.conf").write_text(oci_conf)
         if slurm_conf is not None:
             (conf_dir / "slurm.conf").symlink_to(slurm_conf)
         wrapper = self.dir / f"scrun-{name}"
@@ -100,6 +109,15 @@ class Runtimes:
                            f"-f {conf_dir / 'slurm.conf'} \"$@\"\n")
         wrapper.chmod(0o755)
         return wrapper
+
+    def node_oci_conf(self, text: str | None) -> None:
+        """The oci.conf every node reads beside its own slurm.conf (None: none, the
+        built-in one)."""
+        for node_dir in (self.slurm_conf.parent / "nodes").glob("n*"):
+            if text is None:
+                (node_dir / "oci.conf").unlink(missing_ok=True)
+            else:
+                (node_dir / "oci.conf").write_text(text)
 
     def close(self) -> None:
         subprocess.run(["bash", str(REPO / "scripts/cluster.sh"), "down"], capture_output=True,

@@ -82,6 +82,9 @@ CHANNELS: dict[str, dict[str, dict[str, Field]]] = {
         "op agent-hello": {"task": Field(str, required=True), "node": Field(str, required=True),
                            "tasks": Field(int, low=1, high=1 << 16)},
         "op agent-error": {"message": Field(str, required=True)},
+        # a connection of one task's stdout (1) or stderr (2) alone
+        "op agent-stream": {"task": Field(str, required=True),
+                            "stream": Field(int, required=True, low=1, high=2)},
         "op send-images": {},
         "op send-bundle": {},
         "op file": FILE,
@@ -101,6 +104,7 @@ CHANNELS: dict[str, dict[str, dict[str, Field]]] = {
         "op images-sent": {"error": ERROR},
         "op bundle-sent": {"error": ERROR},
         "op report-running": {},
+        "op stream-ok": {},
         "op pause": {},
         "op resume": {},
         "op update": {"resources": Field(dict, required=True)},

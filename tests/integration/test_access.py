@@ -1,29 +1,29 @@
 """Who may act on a container: its owner (and root), nobody else.
 
-The spool dir and the control socket are reachable by the owner only, and even where a
-careless administrator opened them up, the anchor refuses every peer whose uid is not
-the owner's or root's (SO_PEERCRED, checked by the kernel). Another user, here `nobody`
-through util-linux's setpriv, can neither act on the container nor read its state or
-its console.
+Two ordinary users, as `make setup` makes them: the owner runs rootless podman with
+scrun; the other tries everything it can with scrun and the standard library. The spool
+dir and the control socket are the owner's alone, and even where they were opened up by
+mistake, the anchor refuses every peer whose uid is not the owner's or root's
+(SO_PEERCRED, checked by the kernel). The other user can neither act on the container
+nor read its state or its console.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import socket
 import stat
-import subprocess
 import sys
-import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.integration.harness import Runtime, make_bundle, require, wait_for
-from tests.integration.reliability import private_runtime
+from tests.integration.accounts import OTHER_USER, USER, Account, account
+from tests.integration.conftest import runtime_on
+from tests.integration.harness import IMAGE, Cluster, Runtime, podman, wait_for
+from tests.integration.reliability import local_agent_pids
 
 VERBS = ("start", "kill", "delete", "checkpoint", "state")
 
@@ -47,7 +47,9 @@ for op in ("start", "kill", "delete", "checkpoint", "state", "agent-hello", "age
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             conn.settimeout(10)
-            conn.connect(ctl)
+            # From the spool dir: a socket's path must be short (podman's ids are long).
+            os.chdir(os.path.dirname(ctl))
+            conn.connect(os.path.basename(ctl))
             conn.sendall(json.dumps({"op": op, "signal": 9, "token": "0" * 32,
                                      "image_path": "/tmp/x"}).encode() + b"\n")
             reply = conn.recv(65536)
@@ -58,144 +60,128 @@ print(json.dumps(seen))
 """
 
 
-def _as_nobody(*argv: str) -> subprocess.CompletedProcess[str]:
-    setpriv = require("setpriv", "util-linux")
-    return subprocess.run([setpriv, "--reuid=nobody", "--regid=nogroup", "--clear-groups", *argv],
-                          capture_output=True, text=True, timeout=60, check=False, cwd="/")
+def _other() -> Account:
+    return account(OTHER_USER)
 
 
 @pytest.fixture(autouse=True)
-def nobody_can_run_scrun() -> None:
+def the_other_user_can_run_scrun() -> None:
     """The other user must be able to run this checkout's scrun, or every refusal
     below would be the loader's, not scrun's."""
-    done = _as_nobody(sys.executable, "-c", "import pyscrun")
+    done = _other().run([sys.executable, "-c", "import pyscrun"])
     if done.returncode != 0:
-        pytest.fail(f"user nobody cannot run {sys.executable} with pyscrun (make the checkout "
-                    f"readable by others): {done.stderr.strip()[-300:]}")
+        pytest.fail(f"{OTHER_USER} cannot run {sys.executable} with pyscrun (make setup lets "
+                    f"others reach the checkout): {done.stderr.decode().strip()[-300:]}")
+
+
+@pytest.fixture
+def owned(cluster: Cluster, tmp_path: Path) -> Iterator[Runtime]:
+    """The owner's scrun (local backend, run mode), driven by the owner's podman."""
+    with runtime_on("local", "run", cluster, tmp_path, account(USER)) as made:
+        yield made
 
 
 def _probe(runtime: Runtime, container_id: str, console: str = "") -> dict[str, str]:
     spool = runtime.root / container_id
-    done = _as_nobody(sys.executable, "-c", PROBE, str(runtime.root), str(spool),
-                      str(spool / "ctl"), str(spool / "state.json"), console)
+    done = _other().run([sys.executable, "-c", PROBE, str(runtime.root), str(spool),
+                         str(spool / "ctl"), str(spool / "state.json"), console])
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)  # type: ignore[no-any-return]
 
 
-@pytest.fixture
-def shared_base() -> Iterator[Path]:
-    """A directory everyone may enter (pytest's own tmp dirs are the owner's alone,
-    which would make every refusal below trivially true)."""
-    base = Path(tempfile.mkdtemp(prefix="pyscrun-access-", dir="/tmp"))
-    base.chmod(0o755)
-    yield base
-    shutil.rmtree(base, ignore_errors=True)
+def _as_other(runtime: Runtime, verb: str, container_id: str) -> tuple[int, str]:
+    done = _other().run([str(runtime.wrapper), verb, container_id])
+    return done.returncode, done.stderr.decode()
 
 
-@pytest.fixture
-def owned(shared_base: Path) -> Iterator[Runtime]:
-    runtime, leaks = private_runtime(shared_base)
-    yield runtime
-    leaks.check()
-
-
-def _state(runtime: Runtime, container_id: str) -> dict[str, object]:
-    done = runtime.scrun("state", container_id)
+def _running(runtime: Runtime, *options: str) -> str:
+    """A container of the owner's, running `sleep`; its id."""
+    done = podman(runtime, "run", "-d", *options, "--name", f"a{uuid.uuid4().hex[:8]}", IMAGE,
+                  "sleep", "1000")
     assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)  # type: ignore[no-any-return]
+    return done.stdout.decode().strip()
+
+
+def _status(runtime: Runtime, container_id: str) -> str:
+    done = podman(runtime, "inspect", "--format", "{{.State.Status}}", container_id)
+    return done.stdout.decode().strip()
 
 
 def _mode(path: Path) -> int:
     return stat.S_IMODE(path.lstat().st_mode)
 
 
-def test_spool_and_socket_belong_to_the_owner_alone(owned: Runtime, shared_base: Path) -> None:
-    bundle = make_bundle(shared_base, ["sleep", "100"])
-    assert owned.scrun("create", "-b", str(bundle), "mine").returncode == 0
-    spool = owned.root / "mine"
-    for path, mode in ((owned.root, 0o700), (spool, 0o700), (spool / "ctl", 0o600),
-                       (spool / "state.json", 0o600)):
-        assert (path.lstat().st_uid, _mode(path)) == (os.getuid(), mode), path
-    assert stat.S_ISSOCK((spool / "ctl").lstat().st_mode)
-    assert owned.scrun("delete", "--force", "mine").returncode == 0
+def test_spool_and_socket_belong_to_the_owner_alone(owned: Runtime) -> None:
+    container_id = _running(owned)
+    try:
+        spool = owned.root / container_id
+        for path, mode in ((owned.root, 0o700), (spool, 0o700), (spool / "ctl", 0o600),
+                           (spool / "state.json", 0o600)):
+            assert (path.lstat().st_uid, _mode(path)) == (owned.account.uid, mode), path
+        assert stat.S_ISSOCK((spool / "ctl").lstat().st_mode)
+    finally:
+        podman(owned, "rm", "-f", "-t", "0", container_id)
 
 
-def test_another_user_can_do_nothing(owned: Runtime, shared_base: Path) -> None:
-    """As nobody: the root, spool, state and socket are out of reach, and every verb of
-    scrun fails; the container is untouched and still does what its owner says."""
-    bundle = make_bundle(shared_base, ["sh", "-c", "sleep 100"])
-    assert owned.scrun("create", "-b", str(bundle), "mine").returncode == 0
-    seen = _probe(owned, "mine")
-    assert {k: v for k, v in seen.items() if not v.startswith("PermissionError")} == {}, seen
-    for verb in VERBS:
-        done = _as_nobody(str(owned.wrapper), verb, "mine")
-        assert done.returncode != 0, (verb, done.stdout)
-        assert done.stderr.startswith("scrun: error:"), (verb, done.stderr)
-        assert "ermission denied" in done.stderr, (verb, done.stderr)
-    assert _state(owned, "mine")["status"] == "created"
-    assert owned.scrun("start", "mine").returncode == 0
-    assert _state(owned, "mine")["status"] == "running"
-    assert owned.scrun("kill", "mine", "KILL").returncode == 0
-    wait_for(lambda: _state(owned, "mine")["status"] == "stopped", 15, "stopped")
-    assert owned.scrun("delete", "mine").returncode == 0
+def test_another_user_can_do_nothing(owned: Runtime) -> None:
+    """The root, spool, state and socket are out of the other user's reach, and every
+    verb of scrun fails; the container is untouched and still does what its owner says."""
+    container_id = _running(owned)
+    try:
+        seen = _probe(owned, container_id)
+        assert {k: v for k, v in seen.items() if not v.startswith("PermissionError")} == {}, seen
+        for verb in VERBS:
+            code, said = _as_other(owned, verb, container_id)
+            assert code != 0 and said.startswith("scrun: error:"), (verb, said)
+            assert "ermission denied" in said, (verb, said)
+        assert _status(owned, container_id) == "running"
+        assert podman(owned, "kill", container_id).returncode == 0
+        wait_for(lambda: _status(owned, container_id) == "exited", 15, "the kill")
+    finally:
+        podman(owned, "rm", "-f", "-t", "0", container_id)
 
 
-def test_anchor_refuses_other_users_even_on_an_open_socket(owned: Runtime,
-                                                           shared_base: Path) -> None:
+def test_anchor_refuses_other_users_even_on_an_open_socket(owned: Runtime) -> None:
     """Permissions opened up by mistake (root and spool 0755, socket 0777): the other
     user reaches the socket, and the anchor closes every connection of theirs without
     an answer, for every verb and for the agents' own messages too. The state file
     stays 0600."""
-    bundle = make_bundle(shared_base, ["sh", "-c", "sleep 100"])
-    assert owned.scrun("create", "-b", str(bundle), "mine").returncode == 0
-    spool = owned.root / "mine"
-    owned.root.chmod(0o755)
-    spool.chmod(0o755)
-    (spool / "ctl").chmod(0o777)
-    seen = _probe(owned, "mine")
-    assert seen.pop("list root") == "allowed"
-    assert seen.pop("list spool") == "allowed"
-    assert seen.pop("read state").startswith("PermissionError")
-    # Closed at once, unread: the peer sees the end of the stream, a reset or a broken
-    # pipe, depending on how far it got; never an answer.
-    ops = (*VERBS, "agent-hello", "agent-error")
-    assert sorted(seen) == sorted(f"op {op}" for op in ops), seen
-    assert [v for v in seen.values() if not (
-        v == "closed" or v.startswith(("ConnectionResetError", "BrokenPipeError")))] == [], seen
-    for verb in VERBS:
-        done = _as_nobody(str(owned.wrapper), verb, "mine")
-        assert done.returncode != 0, (verb, done.stdout)
-        assert done.stderr.startswith("scrun: error:"), (verb, done.stderr)
-    assert _state(owned, "mine")["status"] == "created"
-    assert owned.scrun("start", "mine").returncode == 0
-    assert owned.scrun("delete", "--force", "mine").returncode == 0
-
-
-def test_another_user_cannot_read_the_console(owned: Runtime, shared_base: Path) -> None:
-    """A terminal container: the pty given to the console socket is the owner's."""
-    bundle = make_bundle(shared_base, ["sh", "-c", "sleep 100"], terminal=True)
-    console_socket = shared_base / "console.sock"
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
-        listener.bind(str(console_socket))
-        listener.listen(1)
-        create = subprocess.Popen(
-            [str(owned.wrapper), "create", "-b", str(bundle), "--console-socket",
-             str(console_socket), "tty"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE)
-        listener.settimeout(30)
-        conn, _ = listener.accept()
-        with conn:
-            name, fds, _, _ = socket.recv_fds(conn, 4096, 1)
-        _, err = create.communicate(timeout=30)
-        assert create.returncode == 0, err
+    container_id = _running(owned)
     try:
-        tty = name.decode()
+        spool = owned.root / container_id
+        owned.root.chmod(0o755)
+        spool.chmod(0o755)
+        (spool / "ctl").chmod(0o777)
+        seen = _probe(owned, container_id)
+        assert seen.pop("list root") == "allowed"
+        assert seen.pop("list spool") == "allowed"
+        assert seen.pop("read state").startswith("PermissionError")
+        # Closed at once, unread: the peer sees the end of the stream, a reset or a
+        # broken pipe, depending on how far it got; never an answer.
+        ops = (*VERBS, "agent-hello", "agent-error")
+        assert sorted(seen) == sorted(f"op {op}" for op in ops), seen
+        assert [v for v in seen.values() if not (
+            v == "closed" or v.startswith(("ConnectionResetError", "BrokenPipeError")))] == [], seen
+        for verb in VERBS:
+            code, said = _as_other(owned, verb, container_id)
+            assert code != 0 and said.startswith("scrun: error:"), (verb, said)
+        assert _status(owned, container_id) == "running"
+    finally:
+        podman(owned, "rm", "-f", "-t", "0", container_id)
+
+
+def test_another_user_cannot_read_the_console(owned: Runtime) -> None:
+    """A terminal container: its pty (the node agent's terminal on this backend) is the
+    owner's."""
+    container_id = _running(owned, "-t")
+    try:
+        anchor = owned.anchor_pid(container_id)
+        wait_for(lambda: bool(local_agent_pids(anchor)), 30, "the node agent")
+        tty = os.readlink(f"/proc/{local_agent_pids(anchor)[0]}/fd/0")
         assert tty.startswith("/dev/pts/"), tty
-        assert os.stat(tty).st_uid == os.getuid()
-        seen = _probe(owned, "tty", tty)
+        assert os.stat(tty).st_uid == owned.account.uid
+        seen = _probe(owned, container_id, tty)
         assert seen["open console"].startswith("PermissionError"), seen
         assert seen["read state"].startswith("PermissionError"), seen
     finally:
-        for fd in fds:
-            os.close(fd)
-    assert owned.scrun("delete", "--force", "tty").returncode == 0
+        podman(owned, "rm", "-f", "-t", "0", container_id)

@@ -13,7 +13,8 @@ import time
 
 from pyscrun import log, messages
 from pyscrun.anchor.agents import AgentLink, Agents
-from pyscrun.channel import files, frames, tcp
+from pyscrun.anchor.stdio import AgentStream
+from pyscrun.channel import files, frames, streams, tcp
 from pyscrun.channel.peer import Peer, PeerGone
 from pyscrun.errors import ScrunError
 from pyscrun.node.criu import other_task, task_image_dir
@@ -32,12 +33,12 @@ class AgentPort:
     def __init__(self, selector: selectors.BaseSelector, agents: Agents, secret: bytes,
                  port_range: tuple[int, int] | None, loopback_only: bool,
                  on_event: Callable[[AgentLink, dict[str, Any]], None],
-                 on_output: Callable[[int, bytes], None],
+                 on_stream: Callable[[AgentStream], bool],
                  on_gone: Callable[[AgentLink], None]) -> None:
         self.selector = selector
         self.agents = agents
         self.secret = secret
-        self.on_event, self.on_output, self.on_gone = on_event, on_output, on_gone
+        self.on_event, self.on_stream, self.on_gone = on_event, on_stream, on_gone
         self.listener = tcp.listen(port_range, loopback_only=loopback_only)
         self.listener.setblocking(False)
         self.port = tcp.port_of(self.listener)
@@ -51,11 +52,10 @@ class AgentPort:
         for link in [s for s in self.strangers if s.deadline is not None and s.deadline <= now]:
             self.refuse(link, "it did not say hello in time")
 
-    def rearm(self, output_full: bool) -> None:
-        """Agents are read unless the caller's output is backed up (strangers always),
-        written to while frames wait."""
+    def rearm(self) -> None:
+        """Connections are read, and written to while frames wait."""
         for link in (*self.strangers, *self.agents.connected):
-            events = 0 if output_full and link.task is not None else selectors.EVENT_READ
+            events = selectors.EVENT_READ
             if link.peer.pending:
                 events |= selectors.EVENT_WRITE
             watch(self.selector, link.peer.sock, events, link)
@@ -114,13 +114,11 @@ class AgentPort:
             except (ValueError, TypeError, OSError) as err:
                 self.refuse(link, str(err))
                 return
-            if link.peer.sock.fileno() < 0:
+            if link.peer.sock.fileno() < 0 or link.stream:
                 return
 
     def _take(self, link: AgentLink, kind: int, payload: bytes) -> None:
-        if link.task is not None and kind in (frames.STDOUT, frames.STDERR):
-            self.on_output(kind, payload)
-        elif kind == frames.FILE and link.receiver is not None:
+        if kind == frames.FILE and link.receiver is not None:
             link.receiver.data(payload)
         elif kind != frames.MESSAGE:
             raise ValueError(f"a frame of kind {kind} from an agent")
@@ -141,6 +139,9 @@ class AgentPort:
             self.strangers.remove(link)
             link.deadline = None
             return
+        if op == streams.HELLO:
+            self._stream(link, message)
+            return
         if op != "agent-hello":
             raise ValueError(f"expected a hello, got {op!r}")
         task, node = message["task"], message["node"]
@@ -148,6 +149,21 @@ class AgentPort:
             raise ValueError(f"a hello from task {task[:20]!r}")
         self.strangers.remove(link)
         self.agents.hello(link, task, node, int(message.get("tasks") or 1))
+
+
+    def _stream(self, link: AgentLink, message: dict[str, Any]) -> None:
+        """A task's stdout or stderr on this connection from now on: raw bytes, which
+        the anchor's caller stdio takes (channel/streams.py)."""
+        task = message["task"]
+        if not task.isdigit():
+            raise ValueError(f"a stream of task {task[:20]!r}")
+        if not link.send({"op": streams.TAKEN}) or link.peer.pending:
+            raise ValueError("the stream could not be told it was taken")
+        self.strangers.remove(link)
+        watch(self.selector, link.peer.sock, 0, link)
+        link.stream = True
+        if not self.on_stream(AgentStream(link.peer.sock, message["stream"], task)):
+            link.peer.close()
 
 
 def send_images(link: AgentLink, restore: dict[str, Any] | None) -> None:

@@ -28,6 +28,7 @@ class AgentLink:
         self.node = ""
         self.reported_exit = False  # an agent that said how its container ended
         self.receiver: TreeReceiver | None = None  # its checkpoint images, if sent
+        self.stream = False  # handed over as a task's output stream (no frames)
 
     def send(self, message: dict[str, Any]) -> bool:
         return self.peer.send(frames.message(message))

@@ -22,7 +22,7 @@ from pyscrun.anchor.control import Connection, ControlSocket
 from pyscrun.anchor.launch import Launch
 from pyscrun.anchor.spawn import CreateRequest, write_all
 from pyscrun.anchor.staging import Staging
-from pyscrun.anchor.stdio import HIGH_WATER, CallerStdio, Sink
+from pyscrun.anchor.stdio import HIGH_WATER, AgentStream, CallerStdio, Sink
 from pyscrun.anchor.store import write_atomic
 from pyscrun.anchor.task_orders import TaskOrder
 from pyscrun.backends.base import Allocation, Step
@@ -108,7 +108,7 @@ class Anchor(Launch):
         self.agent_port = AgentPort(
             self.selector, self.agents, self.secret, self.site.agent_port_range(),
             loopback_only=self.backend.name == "local", on_event=self._agent_event,
-            on_output=self._agent_output, on_gone=self._agent_gone)
+            on_stream=self._agent_stream, on_gone=self._agent_gone)
         if self.request.bundle.terminal:
             assert self.request.console_socket
             self.terminal_fd = console.open_console(
@@ -229,11 +229,15 @@ class Anchor(Launch):
         caller's output is backed up, written to while frames wait; the caller's stdin
         is read while task 0's agent takes it; output waits for the caller."""
         if self.agent_port is not None:
-            self.agent_port.rearm(self.stdio is not None and self.stdio.full())
+            self.agent_port.rearm()
         if self.stdio is None:
             return
         for sink in self.stdio.sinks.values():
-            watch(self.selector, sink.fd, selectors.EVENT_WRITE if sink.pending else 0, sink)
+            watch(self.selector, sink.fd,
+                  selectors.EVENT_WRITE if sink.pending or sink.full else 0, sink)
+        for stream in self.stdio.streams:
+            watch(self.selector, stream.sock,
+                  selectors.EVENT_READ if self.stdio.stream_wanted(stream) else 0, stream)
         taker = self.agents.stdin_taker()
         take = (self.stdio.stdin_fd >= 0 and taker is not None
                 and taker.peer.pending < HIGH_WATER)
@@ -246,6 +250,11 @@ class Anchor(Launch):
             self._read_stdin()
         elif isinstance(data, Sink):
             data.flush()
+        elif isinstance(data, AgentStream):
+            assert self.stdio is not None
+            if not self.stdio.move(data):
+                watch(self.selector, data.sock, 0, data)
+                self.stdio.end(data)
         elif isinstance(data, AgentLink | AgentPort):
             assert self.agent_port is not None
             self.agent_port.ready(data, events)
@@ -278,7 +287,8 @@ class Anchor(Launch):
         if self.step_status is None or self.exit_status is not None:
             return
         assert self.drain_deadline is not None
-        if self.agents.connected and time.monotonic() < self.drain_deadline:
+        streaming = self.stdio is not None and self.stdio.streams
+        if (self.agents.connected or streaming) and time.monotonic() < self.drain_deadline:
             return
         # Agents report their container's status and exit 0. A task that did not
         # report was killed: srun says so in its own status, unless it gave up
@@ -287,9 +297,12 @@ class Anchor(Launch):
         self.exit_status = max([self.step_status, *self.agents.exit_statuses, *lost])
         self._report_ready(f"restore failed: {self.agents.last_error or 'the step ended'}")
 
-    def _agent_output(self, kind: int, data: bytes) -> None:
-        if self.stdio is not None:
-            self.stdio.output(kind, data)
+    def _agent_stream(self, stream: AgentStream) -> bool:
+        """A task's output stream to take; False if none is wanted."""
+        if self.stdio is None:
+            return False
+        self.stdio.streams.append(stream)
+        return True
 
     def _read_stdin(self) -> None:
         assert self.stdio is not None
@@ -346,6 +359,8 @@ class Anchor(Launch):
 
     def _finish(self, status: int) -> int:
         if self.stdio is not None:
+            for stream in self.stdio.streams:
+                watch(self.selector, stream.sock, 0, stream)
             # All the container's output reaches the caller before its status does.
             self.stdio.finish(DRAIN_TIMEOUT)
             self.stdio = None

@@ -1,9 +1,10 @@
 """The caller's stdio (podman's pipes) for a container whose agents stream it.
 
-What the agents send of the container's stdout and stderr waits in a buffer per stream
-until the caller's descriptor takes it; while a buffer is over its mark the anchor
-stops reading the agents, and so the container, its output unread, waits. stdin is read
-only while task 0's agent takes it.
+Each task's stdout and stderr arrive on connections of their own (channel/streams.py)
+and are spliced into the caller's pipe; a descriptor that is no pipe gets them read and
+written, through a buffer. While the caller's descriptor is full (or the buffer over
+its mark) the anchor stops reading those streams, and so the container, its output
+unread, waits. stdin is read only while task 0's agent takes it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import socket
 import stat
 import time
 
-from pyscrun.channel import frames
+from pyscrun.channel import frames, streams
 from pyscrun.watch import drain, widen_pipe
 
 HIGH_WATER = 1 << 20
@@ -27,8 +28,12 @@ class Sink:
         self.fd = fd
         self.sock: socket.socket | None = None
         self.out = bytearray()
+        # A pipe takes the streams spliced in; full: it took nothing last time.
+        self.pipe = False
+        self.full = False
         mode = os.fstat(fd).st_mode
         if stat.S_ISFIFO(mode):
+            self.pipe = True
             # A description of its own: O_NONBLOCK on the caller's would reach
             # whoever shares it.
             try:
@@ -50,7 +55,30 @@ class Sink:
         self.out += data
         self.flush()
 
+    def splice_from(self, sock: socket.socket) -> int | None:
+        """Move what sock holds straight into this pipe: as streams.move, None also
+        when this pipe is full (then marked so). A reader that is gone takes no more:
+        the bytes are read and dropped from then on."""
+        try:
+            moved = streams.move(sock.fileno(), self.fd)
+        except BrokenPipeError:
+            self.pipe = False
+            return self.read_into(sock)
+        if moved is None:
+            self.full = True
+        return moved
+
+    def read_into(self, sock: socket.socket) -> int | None:
+        """Read what sock holds and write it (buffered): as streams.move."""
+        try:
+            data = sock.recv(streams.CHUNK)
+        except BlockingIOError:
+            return None
+        self.write(data)
+        return len(data)
+
     def flush(self) -> None:
+        self.full = False
         sock = self.sock
         if sock is not None:
             drain(self.out, lambda data: sock.send(data, socket.MSG_DONTWAIT))
@@ -64,17 +92,40 @@ class Sink:
             os.close(self.fd)
 
 
+class AgentStream:
+    """One task's stdout or stderr, on a connection of its own."""
+
+    def __init__(self, sock: socket.socket, kind: int, task: str) -> None:
+        self.sock, self.kind, self.task = sock, kind, task
+
+
 class CallerStdio:
     def __init__(self) -> None:
         self.sinks = {frames.STDOUT: Sink(os.dup(1)), frames.STDERR: Sink(os.dup(2))}
         self.stdin_fd = os.dup(0)
+        self.streams: list[AgentStream] = []
 
-    def output(self, kind: int, data: bytes) -> None:
-        if data and kind in self.sinks:
-            self.sinks[kind].write(data)
+    def stream_wanted(self, stream: AgentStream) -> bool:
+        """Whether to read the stream now: its sink has room."""
+        sink = self.sinks[stream.kind]
+        return not sink.full and sink.pending < HIGH_WATER
 
-    def full(self) -> bool:
-        return any(sink.pending >= HIGH_WATER for sink in self.sinks.values())
+    def move(self, stream: AgentStream) -> bool:
+        """What arrived on stream, into its sink; False once the stream has ended."""
+        sink = self.sinks[stream.kind]
+        try:
+            if sink.pipe and not sink.pending:
+                moved = sink.splice_from(stream.sock)
+            else:
+                moved = sink.read_into(stream.sock)
+        except OSError:
+            moved = 0  # the agent's connection failed: its node or itself is gone
+        return moved != 0
+
+    def end(self, stream: AgentStream) -> None:
+        """Let go of an ended stream (no longer watched)."""
+        self.streams.remove(stream)
+        stream.sock.close()
 
     def waiting(self) -> list[Sink]:
         return [sink for sink in self.sinks.values() if sink.pending]
@@ -106,6 +157,9 @@ class CallerStdio:
                     key.data.flush()
                     if not key.data.pending:
                         selector.unregister(key.fd)
+        for stream in self.streams:
+            stream.sock.close()
+        self.streams.clear()
         for sink in self.sinks.values():
             sink.close()
         self.close_stdin()

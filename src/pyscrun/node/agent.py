@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pyscrun import log, selfpipe
-from pyscrun.channel import frames, peer, tcp
+from pyscrun.channel import frames, peer, streams, tcp
 from pyscrun.conf import site
 from pyscrun.conf.ociconf import OciConf
 from pyscrun.errors import RuntimeCommandError, ScrunError
@@ -92,7 +92,10 @@ class Agent(AgentOrders):
             "op": "agent-hello", "task": self.ident.task_id, "node": self.ident.node,
             "tasks": int(self.env.get("SLURM_NTASKS") or 1)}))
         if self.env.get("PYSCRUN_AGENT_STDIO") == "stream" and not os.isatty(0):
-            self.stdio = ContainerStdio(self.control, with_stdin=self.ident.task_id == "0")
+            host, port, secret = _address(self.env)
+            outputs = {kind: streams.dial(host, port, secret, DIAL_TIMEOUT, self.ident.task_id,
+                                          kind) for kind in (frames.STDOUT, frames.STDERR)}
+            self.stdio = ContainerStdio(with_stdin=self.ident.task_id == "0", outputs=outputs)
             self.stdio.attach(self.selector)
         self._rearm()
         self._handle(self.control.receive() if self.control.early else [])
@@ -106,8 +109,6 @@ class Agent(AgentOrders):
         if self.control.pending:
             events |= selectors.EVENT_WRITE
         watch(self.selector, self.control.sock, events, "control")
-        if self.stdio is not None:
-            self.stdio.balance()
 
     def _on_control(self, events: int) -> None:
         assert self.control is not None
@@ -249,7 +250,9 @@ class Agent(AgentOrders):
         the runtime included. The runtime then lives on, adopted by this agent (a child
         subreaper), and still decides how the container ends: it is waited for in turn,
         and the container is made sure of afterwards (stop_and_delete), as the shell's
-        end was not the runtime's.
+        end was not the runtime's. A runtime killed itself before the container ran
+        leaves only its own half-made init behind, whose end says nothing of a container:
+        the runtime's status stands.
         """
         status = self.wait_for(self.runtime_pid)
         if self.ended_by_itself:
@@ -257,16 +260,17 @@ class Agent(AgentOrders):
         adopted = processes.children()
         if not adopted:
             return status
+        ran = bool(self._container_init())
         # The oldest is the runtime; any other is a helper command (RunTimeQuery, say)
         # whose shell the same signal killed. They are waited for too, not heard.
         self.runtime_pid = adopted[0]
         if self.guard is not None:
             self.guard.tell_runtime(self.runtime_pid)
-        status = self.wait_for(self.runtime_pid)
+        after = self.wait_for(self.runtime_pid)
         while helpers := processes.children():
             self.wait_for(helpers[0])
         self.ended_by_itself = False
-        return status
+        return after if ran else status
 
     def _spawn(self, commands: RuntimeCommands, directive: str,
                args: list[str] | None = None) -> subprocess.Popen[bytes]:
@@ -408,17 +412,21 @@ def main(env: dict[str, str]) -> int:
         return 255
 
 
-def _dial(env: dict[str, str]) -> peer.Peer | None:
-    """The connection to the anchor, at the address Slurm gives the task (the host
-    srun was started on); None where no anchor waits (an agent started by hand)."""
-    port = env.get("PYSCRUN_AGENT_PORT")
-    if not port:
-        return None
+def _address(env: dict[str, str]) -> tuple[str, int, bytes]:
+    """Where the anchor waits, at the address Slurm gives the task (the host srun was
+    started on), and the container's secret."""
     host = tcp.launch_host(env) or env.get("PYSCRUN_AGENT_HOST", "")
     if not host:
         raise ScrunError("no address to reach the anchor at (SLURM_SRUN_COMM_HOST is unset)")
-    secret = bytes.fromhex(env.get("PYSCRUN_AGENT_SECRET", ""))
-    return peer.dial(host, int(port), secret, DIAL_TIMEOUT)
+    return host, int(env["PYSCRUN_AGENT_PORT"]), bytes.fromhex(env.get("PYSCRUN_AGENT_SECRET", ""))
+
+
+def _dial(env: dict[str, str]) -> peer.Peer | None:
+    """The control connection to the anchor; None where no anchor waits (an agent
+    started by hand)."""
+    if not env.get("PYSCRUN_AGENT_PORT"):
+        return None
+    return peer.dial(*_address(env), DIAL_TIMEOUT)
 
 
 def _report_error(env: dict[str, str], message: str) -> None:

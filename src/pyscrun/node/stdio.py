@@ -1,37 +1,41 @@
 """The container's stdio as streams to the anchor, for a container on another machine.
 
-The agent gives the runtime three pipes of its own and moves what comes out of them to
-the anchor as frames (and task 0's stdin the other way). When the anchor cannot keep
-up, the agent stops reading the pipes and the container waits, as it would for a slow
-reader of its own stdout: nothing is dropped and memory stays bounded.
+The agent gives the runtime three pipes of its own. What comes out of the container's
+stdout and stderr pipes is spliced into a connection of each stream's own
+(channel/streams.py); task 0's stdin comes the other way as frames on the control
+connection. When the anchor cannot keep up, a stream's socket fills, the agent stops
+taking from that pipe and the container waits, as it would for a slow reader of its
+own stdout: nothing is dropped and memory stays bounded.
 """
 
 from __future__ import annotations
 
 import os
 import selectors
+import socket
 import time
 
-from pyscrun.channel import frames
-from pyscrun.channel.peer import Peer
+from pyscrun.channel import frames, streams
 from pyscrun.watch import drain, watch, widen_pipe
 
-# Bytes waiting to reach the anchor (or the container's stdin) beyond which the agent
-# stops taking more.
+# Bytes of stdin waiting for the container beyond which the agent stops taking more.
 HIGH_WATER = 1 << 20
 
 
 class ContainerStdio:
     STDIN_KEY = ("stdin", 0)
 
-    def __init__(self, peer: Peer, with_stdin: bool) -> None:
-        self.peer = peer
+    def __init__(self, with_stdin: bool, outputs: dict[int, socket.socket]) -> None:
+        """outputs: the connection of each output stream (frames.STDOUT, STDERR)."""
         stdin_r, self.stdin_w = os.pipe() if with_stdin else (os.open(os.devnull, os.O_RDONLY), -1)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         # What the runtime gets, closed here once it has them.
         self.child_ends: tuple[int, int, int] | None = (stdin_r, out_w, err_w)
-        self.outputs = {out_r: frames.STDOUT, err_r: frames.STDERR}
+        # Each output pipe and the socket it is spliced into.
+        self.outputs = {out_r: outputs[frames.STDOUT], err_r: outputs[frames.STDERR]}
+        # Pipes whose socket took nothing last time: watched for the socket to take more.
+        self.socket_full: set[int] = set()
         for fd in self.outputs:
             os.set_blocking(fd, False)
             widen_pipe(fd)
@@ -40,7 +44,6 @@ class ContainerStdio:
         self.stdin_data = bytearray()
         self.stdin_ended = False
         self.selector: selectors.BaseSelector | None = None
-        self.reading = False
 
     def spawned(self) -> None:
         """The runtime has the child ends: this process must not hold them (the
@@ -52,38 +55,40 @@ class ContainerStdio:
 
     def attach(self, selector: selectors.BaseSelector) -> None:
         self.selector = selector
-        self.balance()
+        for fd in self.outputs:
+            self._watch(fd)
 
-    def balance(self) -> None:
-        """Read the container's output while the anchor keeps up; stop while it does not."""
+    def _watch(self, fd: int, events_on: bool = True) -> None:
+        """Watch the pipe for data, or its socket for room when it took nothing."""
         if self.selector is None:
             return
-        want = self.peer.pending < HIGH_WATER
-        if want == self.reading:
-            return
-        for fd in self.outputs:
-            if want:
-                self.selector.register(fd, selectors.EVENT_READ, ("output", fd))
-            else:
-                self.selector.unregister(fd)
-        self.reading = want
+        full = events_on and fd in self.socket_full
+        watch(self.selector, fd, selectors.EVENT_READ if events_on and not full else 0,
+              ("output", fd))
+        watch(self.selector, self.outputs[fd], selectors.EVENT_WRITE if full else 0,
+              ("output", fd))
 
     def on_output(self, fd: int) -> None:
+        """The pipe has data, or its socket room: move what can be moved."""
         try:
-            data = os.read(fd, frames.MAX_DATA)
-        except BlockingIOError:
-            return
+            moved = streams.move(fd, self.outputs[fd].fileno())
         except OSError:
-            data = b""
-        self.peer.send(frames.frame(self.outputs[fd], data))
-        if not data:
+            moved = 0  # the anchor is gone: nobody reads this stream any more
+        if moved is None:
+            # Readable pipe, full socket; or room in the socket, empty pipe.
+            self.socket_full ^= {fd}
+        elif moved:
+            self.socket_full.discard(fd)
+        else:
             self._close_output(fd)
-        self.balance()
+            return
+        self._watch(fd)
 
     def _close_output(self, fd: int) -> None:
-        if self.reading and self.selector is not None:
-            self.selector.unregister(fd)
-        del self.outputs[fd]
+        """The end of the stream: the connection closes once the socket has sent all."""
+        self._watch(fd, events_on=False)
+        self.outputs.pop(fd).close()
+        self.socket_full.discard(fd)
         os.close(fd)
 
     # -- stdin -------------------------------------------------------------------------
@@ -121,24 +126,17 @@ class ContainerStdio:
         if self.stdin_w >= 0:
             os.close(self.stdin_w)
             self.stdin_w = -1
-        if self.selector is not None and self.reading:
-            for fd in self.outputs:
-                self.selector.unregister(fd)
-        self.reading = False
-        self.selector = None
+        for fd in self.outputs:
+            self._watch(fd, events_on=False)
         with selectors.DefaultSelector() as selector:
+            self.selector = selector
             for fd in self.outputs:
-                selector.register(fd, selectors.EVENT_READ)
+                self._watch(fd)
             deadline = time.monotonic() + timeout
             while self.outputs and time.monotonic() < deadline:
                 for key, _ in selector.select(max(0.0, deadline - time.monotonic())):
-                    fd = int(key.fd)
-                    self.on_output(fd)
-                    if fd not in self.outputs:
-                        selector.unregister(fd)
-                if self.peer.pending >= HIGH_WATER:
-                    self.peer.flush_blocking(max(0.0, deadline - time.monotonic()))
-        for fd, kind in list(self.outputs.items()):
-            self.peer.send(frames.frame(kind))
-            os.close(fd)
-        self.outputs.clear()
+                    if key.data[1] in self.outputs:
+                        self.on_output(key.data[1])
+            for fd in list(self.outputs):
+                self._close_output(fd)
+        self.selector = None

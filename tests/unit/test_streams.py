@@ -1,0 +1,109 @@
+"""A task's stdout and stderr on connections of their own: spliced from the container's
+pipes into sockets by the agent's code, and from the sockets into the caller's pipes by
+the anchor's, over real TCP on loopback."""
+
+from __future__ import annotations
+
+import os
+import selectors
+import threading
+import time
+
+from pyscrun.anchor.stdio import Sink
+from pyscrun.channel import frames, peer, streams, tcp
+from pyscrun.node.stdio import ContainerStdio
+
+SECRET = b"s" * 32
+
+
+class AnchorSide:
+    """The anchor's end of two streams: each accepted, proven, taken, and spliced into
+    a pipe of its own whose reader is `out[kind]`."""
+
+    def __init__(self, slow_for: float = 0.0) -> None:
+        self.server = tcp.listen(None, loopback_only=True)
+        self.port = tcp.port_of(self.server)
+        self.pipes = {kind: os.pipe() for kind in (frames.STDOUT, frames.STDERR)}
+        self.out = {kind: bytearray() for kind in self.pipes}
+        self.slow_for = slow_for
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+        self.readers = [threading.Thread(target=self._read, args=(kind,), daemon=True)
+                        for kind in self.pipes]
+        for reader in self.readers:
+            reader.start()
+
+    def _read(self, kind: int) -> None:
+        # A caller that does not read for a while: the container must wait for it.
+        time.sleep(self.slow_for)
+        while data := os.read(self.pipes[kind][0], 1 << 16):
+            self.out[kind] += data
+
+    def _serve(self) -> None:
+        links = []
+        for _ in self.pipes:
+            sock, _ = self.server.accept()
+            link = peer.Peer.accepted(sock, SECRET)
+            got: list[tuple[int, bytes]] = []
+            with selectors.DefaultSelector() as selector:
+                selector.register(sock, selectors.EVENT_READ)
+                while not got:
+                    selector.select(5)
+                    got = link.receive()
+            [hello] = peer.messages(got)
+            assert hello["op"] == streams.HELLO
+            link.send(frames.message({"op": streams.TAKEN}))
+            links.append((link, Sink(self.pipes[hello["stream"]][1])))
+        with selectors.DefaultSelector() as selector:
+            for link, sink in links:
+                selector.register(link.sock, selectors.EVENT_READ, sink)
+            while selector.get_map():
+                for key, _ in selector.select(5):
+                    sink = key.data
+                    moved = sink.splice_from(key.fileobj)  # type: ignore[arg-type]
+                    if moved == 0:
+                        selector.unregister(key.fileobj)
+                        sink.close()
+                    elif moved is None:
+                        sink.full = False
+                        time.sleep(0.001)  # the caller's pipe is full: it reads slowly
+
+
+def _round_trip(slow_for: float) -> None:
+    """The container writes both streams; the caller reads them after slow_for s."""
+    anchor = AnchorSide(slow_for)
+    outputs = {kind: streams.dial("127.0.0.1", anchor.port, SECRET, 5, "0", kind)
+               for kind in (frames.STDOUT, frames.STDERR)}
+    stdio = ContainerStdio(with_stdin=False, outputs=outputs)
+    assert stdio.child_ends is not None
+    _, out_w, err_w = stdio.child_ends
+    # The container's writes: distinct bytes, so that any loss or reordering shows.
+    sent = {frames.STDOUT: bytes(range(256)) * 32768, frames.STDERR: b"err\n" * 100000}
+
+    def container() -> None:
+        for fd, kind in ((out_w, frames.STDOUT), (err_w, frames.STDERR)):
+            view = memoryview(sent[kind])
+            while view:
+                view = view[os.write(fd, view[:65536]):]
+
+    writer = threading.Thread(target=container, daemon=True)
+    writer.start()
+    with selectors.DefaultSelector() as selector:
+        stdio.attach(selector)
+        while writer.is_alive():
+            for key, _ in selector.select(0.1):
+                stdio.on_output(key.data[1])
+        stdio.finish(timeout=30)
+    anchor.thread.join(30)
+    for reader in anchor.readers:
+        reader.join(30)
+    assert bytes(anchor.out[frames.STDOUT]) == sent[frames.STDOUT]
+    assert bytes(anchor.out[frames.STDERR]) == sent[frames.STDERR]
+
+
+def test_streams_arrive_whole_in_order_and_end() -> None:
+    _round_trip(slow_for=0.0)
+
+
+def test_a_slow_reader_slows_the_container_and_loses_nothing() -> None:
+    _round_trip(slow_for=1.0)
