@@ -76,24 +76,17 @@ def _round_trip(slow_for: float) -> None:
                for kind in (frames.STDOUT, frames.STDERR)}
     stdio = ContainerStdio(with_stdin=False, outputs=outputs)
     assert stdio.child_ends is not None
-    _, out_w, err_w = stdio.child_ends
+    # The container's ends, as the runtime holds them once the agent let go of its own.
+    out_w, err_w = (os.dup(fd) for fd in stdio.child_ends[1:])
+    stdio.spawned()
     # The container's writes: distinct bytes, so that any loss or reordering shows.
     sent = {frames.STDOUT: bytes(range(256)) * 32768, frames.STDERR: b"err\n" * 100000}
-
-    def container() -> None:
-        for fd, kind in ((out_w, frames.STDOUT), (err_w, frames.STDERR)):
-            view = memoryview(sent[kind])
-            while view:
-                view = view[os.write(fd, view[:65536]):]
-
-    writer = threading.Thread(target=container, daemon=True)
-    writer.start()
-    with selectors.DefaultSelector() as selector:
-        stdio.attach(selector)
-        while writer.is_alive():
-            for key, _ in selector.select(0.1):
-                stdio.on_output(key.data[1])
-        stdio.finish(timeout=30)
+    for fd, kind in ((out_w, frames.STDOUT), (err_w, frames.STDERR)):
+        view = memoryview(sent[kind])
+        while view:
+            view = view[os.write(fd, view[:65536]):]
+        os.close(fd)
+    stdio.finish(timeout=30)
     anchor.thread.join(30)
     for reader in anchor.readers:
         reader.join(30)

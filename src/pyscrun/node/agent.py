@@ -215,8 +215,6 @@ class Agent(AgentOrders):
                         self._on_control(events)
                     elif key.data == "signal":
                         self._on_signal(key.fileobj)  # type: ignore[arg-type]
-                    elif self.stdio is not None and key.data[0] == "output":
-                        self.stdio.on_output(key.data[1])
                     elif self.stdio is not None and key.data[0] == "stdin":
                         self.stdio.write_stdin()
                 self._flush_signals()

@@ -2,17 +2,20 @@
 
 The agent gives the runtime three pipes of its own. What comes out of the container's
 stdout and stderr pipes is spliced into a connection of each stream's own
-(channel/streams.py); task 0's stdin comes the other way as frames on the control
-connection. When the anchor cannot keep up, a stream's socket fills, the agent stops
-taking from that pipe and the container waits, as it would for a slow reader of its
-own stdout: nothing is dropped and memory stays bounded.
+(channel/streams.py) by a thread per stream, which does nothing else: the agent's own
+loop is not woken for every write of the container. Task 0's stdin comes the other way
+as frames on the control connection. When the anchor cannot keep up, a stream's socket
+fills, its thread waits and so does the container, as it would for a slow reader of
+its own stdout: nothing is dropped and memory stays bounded.
 """
 
 from __future__ import annotations
 
 import os
+import select
 import selectors
 import socket
+import threading
 import time
 
 from pyscrun.channel import frames, streams
@@ -20,6 +23,48 @@ from pyscrun.watch import drain, watch, widen_pipe
 
 # Bytes of stdin waiting for the container beyond which the agent stops taking more.
 HIGH_WATER = 1 << 20
+# How often a pump whose pipe is quiet looks whether it is told to stop.
+PUMP_POLL = 0.2
+
+
+class Pump:
+    """One output pipe spliced into its socket until the pipe's end, in a thread."""
+
+    def __init__(self, pipe: int, sock: socket.socket) -> None:
+        self.pipe, self.sock = pipe, sock
+        os.set_blocking(pipe, False)
+        # Blocking: a full socket holds the pump, and so the container.
+        sock.setblocking(True)
+        widen_pipe(pipe)
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        poller = select.poll()
+        poller.register(self.pipe, select.POLLIN)
+        try:
+            while True:
+                if not poller.poll(PUMP_POLL * 1000):
+                    if self.stop.is_set():
+                        return
+                    continue
+                # The pipe's O_NONBLOCK makes an empty pipe EAGAIN; the socket blocks.
+                if streams.move(self.pipe, self.sock.fileno(), wait_for_target=True) == 0:
+                    return
+        except OSError:
+            return  # the anchor is gone: nobody reads this stream any more
+
+    def finish(self, deadline: float) -> None:
+        """Wait (until deadline) for the pipe's end, then end the stream: its connection
+        closes once the socket has sent what it holds."""
+        self.stop.set()
+        self.thread.join(max(0.0, deadline - time.monotonic()))
+        if self.thread.is_alive():
+            # Still held by a full socket: the anchor takes no more, give up.
+            self.sock.shutdown(socket.SHUT_RDWR)
+            self.thread.join(PUMP_POLL * 2)
+        self.sock.close()
+        os.close(self.pipe)
 
 
 class ContainerStdio:
@@ -32,13 +77,7 @@ class ContainerStdio:
         err_r, err_w = os.pipe()
         # What the runtime gets, closed here once it has them.
         self.child_ends: tuple[int, int, int] | None = (stdin_r, out_w, err_w)
-        # Each output pipe and the socket it is spliced into.
-        self.outputs = {out_r: outputs[frames.STDOUT], err_r: outputs[frames.STDERR]}
-        # Pipes whose socket took nothing last time: watched for the socket to take more.
-        self.socket_full: set[int] = set()
-        for fd in self.outputs:
-            os.set_blocking(fd, False)
-            widen_pipe(fd)
+        self.pumps = [Pump(out_r, outputs[frames.STDOUT]), Pump(err_r, outputs[frames.STDERR])]
         if self.stdin_w >= 0:
             os.set_blocking(self.stdin_w, False)
         self.stdin_data = bytearray()
@@ -47,49 +86,16 @@ class ContainerStdio:
 
     def spawned(self) -> None:
         """The runtime has the child ends: this process must not hold them (the
-        container's end would never show as end of file)."""
+        container's end would never show as end of file). The pumps start."""
         if self.child_ends is not None:
             for fd in self.child_ends:
                 os.close(fd)
             self.child_ends = None
+            for pump in self.pumps:
+                pump.thread.start()
 
     def attach(self, selector: selectors.BaseSelector) -> None:
         self.selector = selector
-        for fd in self.outputs:
-            self._watch(fd)
-
-    def _watch(self, fd: int, events_on: bool = True) -> None:
-        """Watch the pipe for data, or its socket for room when it took nothing."""
-        if self.selector is None:
-            return
-        full = events_on and fd in self.socket_full
-        watch(self.selector, fd, selectors.EVENT_READ if events_on and not full else 0,
-              ("output", fd))
-        watch(self.selector, self.outputs[fd], selectors.EVENT_WRITE if full else 0,
-              ("output", fd))
-
-    def on_output(self, fd: int) -> None:
-        """The pipe has data, or its socket room: move what can be moved."""
-        try:
-            moved = streams.move(fd, self.outputs[fd].fileno())
-        except OSError:
-            moved = 0  # the anchor is gone: nobody reads this stream any more
-        if moved is None:
-            # Readable pipe, full socket; or room in the socket, empty pipe.
-            self.socket_full ^= {fd}
-        elif moved:
-            self.socket_full.discard(fd)
-        else:
-            self._close_output(fd)
-            return
-        self._watch(fd)
-
-    def _close_output(self, fd: int) -> None:
-        """The end of the stream: the connection closes once the socket has sent all."""
-        self._watch(fd, events_on=False)
-        self.outputs.pop(fd).close()
-        self.socket_full.discard(fd)
-        os.close(fd)
 
     # -- stdin -------------------------------------------------------------------------
     def on_stdin(self, data: bytes) -> None:
@@ -124,19 +130,11 @@ class ContainerStdio:
         each stream (or until timeout, should something of it still hold a pipe)."""
         self.spawned()
         if self.stdin_w >= 0:
+            if self.selector is not None:
+                watch(self.selector, self.stdin_w, 0, self.STDIN_KEY)
             os.close(self.stdin_w)
             self.stdin_w = -1
-        for fd in self.outputs:
-            self._watch(fd, events_on=False)
-        with selectors.DefaultSelector() as selector:
-            self.selector = selector
-            for fd in self.outputs:
-                self._watch(fd)
-            deadline = time.monotonic() + timeout
-            while self.outputs and time.monotonic() < deadline:
-                for key, _ in selector.select(max(0.0, deadline - time.monotonic())):
-                    if key.data[1] in self.outputs:
-                        self.on_output(key.data[1])
-            for fd in list(self.outputs):
-                self._close_output(fd)
-        self.selector = None
+        deadline = time.monotonic() + timeout
+        for pump in self.pumps:
+            pump.finish(deadline)
+        self.pumps.clear()
