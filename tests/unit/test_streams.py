@@ -9,7 +9,7 @@ import selectors
 import threading
 import time
 
-from pyscrun.anchor.stdio import Sink
+from pyscrun.anchor.stdio import AgentStream, Sink
 from pyscrun.channel import frames, peer, streams, tcp
 from pyscrun.node.stdio import ContainerStdio
 
@@ -40,7 +40,8 @@ class AnchorSide:
             self.out[kind] += data
 
     def _serve(self) -> None:
-        links = []
+        wake_r, wake_w = os.pipe()
+        taken = []
         for _ in self.pipes:
             sock, _ = self.server.accept()
             link = peer.Peer.accepted(sock, SECRET)
@@ -53,20 +54,16 @@ class AnchorSide:
             [hello] = peer.messages(got)
             assert hello["op"] == streams.HELLO
             link.send(frames.message({"op": streams.TAKEN}))
-            links.append((link, Sink(self.pipes[hello["stream"]][1])))
-        with selectors.DefaultSelector() as selector:
-            for link, sink in links:
-                selector.register(link.sock, selectors.EVENT_READ, sink)
-            while selector.get_map():
-                for key, _ in selector.select(5):
-                    sink = key.data
-                    moved = sink.splice_from(key.fileobj)  # type: ignore[arg-type]
-                    if moved == 0:
-                        selector.unregister(key.fileobj)
-                        sink.close()
-                    elif moved is None:
-                        sink.full = False
-                        time.sleep(0.001)  # the caller's pipe is full: it reads slowly
+            sink = Sink(self.pipes[hello["stream"]][1])
+            stream = AgentStream(sock, sink, wake_w)
+            stream.thread.start()
+            taken.append((stream, sink))
+        for stream, sink in taken:
+            stream.thread.join(60)
+            assert stream.ended
+            sink.close()
+        for fd in (wake_r, wake_w):
+            os.close(fd)
 
 
 def _round_trip(slow_for: float) -> None:

@@ -9,11 +9,11 @@ malformed, is dropped with one log line and changes nothing.
 from __future__ import annotations
 
 import selectors
+import socket
 import time
 
 from pyscrun import log, messages
 from pyscrun.anchor.agents import AgentLink, Agents
-from pyscrun.anchor.stdio import AgentStream
 from pyscrun.channel import files, frames, streams, tcp
 from pyscrun.channel.peer import Peer, PeerGone
 from pyscrun.errors import ScrunError
@@ -33,7 +33,7 @@ class AgentPort:
     def __init__(self, selector: selectors.BaseSelector, agents: Agents, secret: bytes,
                  port_range: tuple[int, int] | None, loopback_only: bool,
                  on_event: Callable[[AgentLink, dict[str, Any]], None],
-                 on_stream: Callable[[AgentStream], bool],
+                 on_stream: Callable[[socket.socket, int], bool],
                  on_gone: Callable[[AgentLink], None]) -> None:
         self.selector = selector
         self.agents = agents
@@ -162,7 +162,7 @@ class AgentPort:
         self.strangers.remove(link)
         watch(self.selector, link.peer.sock, 0, link)
         link.stream = True
-        if not self.on_stream(AgentStream(link.peer.sock, message["stream"], task)):
+        if not self.on_stream(link.peer.sock, message["stream"]):
             link.peer.close()
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import selectors
 import signal
+import socket
 import time
 
 from pyscrun import backends, identity, log, selfpipe
@@ -22,7 +23,7 @@ from pyscrun.anchor.control import Connection, ControlSocket
 from pyscrun.anchor.launch import Launch
 from pyscrun.anchor.spawn import CreateRequest, write_all
 from pyscrun.anchor.staging import Staging
-from pyscrun.anchor.stdio import HIGH_WATER, AgentStream, CallerStdio, Sink
+from pyscrun.anchor.stdio import HIGH_WATER, CallerStdio
 from pyscrun.anchor.store import write_atomic
 from pyscrun.anchor.task_orders import TaskOrder
 from pyscrun.backends.base import Allocation, Step
@@ -225,19 +226,14 @@ class Anchor(Launch):
         return self._finish(self.exit_status)
 
     def _rearm(self) -> None:
-        """Watch each descriptor for what can be done now: agents are read unless the
-        caller's output is backed up, written to while frames wait; the caller's stdin
-        is read while task 0's agent takes it; output waits for the caller."""
+        """Watch each descriptor for what can be done now: agents are read, and written
+        to while frames wait; the caller's stdin is read while task 0's agent takes it;
+        the streams' threads are heard when one ends."""
         if self.agent_port is not None:
             self.agent_port.rearm()
         if self.stdio is None:
             return
-        for sink in self.stdio.sinks.values():
-            watch(self.selector, sink.fd,
-                  selectors.EVENT_WRITE if sink.pending or sink.full else 0, sink)
-        for stream in self.stdio.streams:
-            watch(self.selector, stream.sock,
-                  selectors.EVENT_READ if self.stdio.stream_wanted(stream) else 0, stream)
+        watch(self.selector, self.stdio.wake_fd, selectors.EVENT_READ, "streams")
         taker = self.agents.stdin_taker()
         take = (self.stdio.stdin_fd >= 0 and taker is not None
                 and taker.peer.pending < HIGH_WATER)
@@ -248,13 +244,9 @@ class Anchor(Launch):
         data = key.data
         if data == "stdin":
             self._read_stdin()
-        elif isinstance(data, Sink):
-            data.flush()
-        elif isinstance(data, AgentStream):
+        elif data == "streams":
             assert self.stdio is not None
-            if not self.stdio.move(data):
-                watch(self.selector, data.sock, 0, data)
-                self.stdio.end(data)
+            self.stdio.reap()
         elif isinstance(data, AgentLink | AgentPort):
             assert self.agent_port is not None
             self.agent_port.ready(data, events)
@@ -297,11 +289,11 @@ class Anchor(Launch):
         self.exit_status = max([self.step_status, *self.agents.exit_statuses, *lost])
         self._report_ready(f"restore failed: {self.agents.last_error or 'the step ended'}")
 
-    def _agent_stream(self, stream: AgentStream) -> bool:
+    def _agent_stream(self, sock: socket.socket, kind: int) -> bool:
         """A task's output stream to take; False if none is wanted."""
         if self.stdio is None:
             return False
-        self.stdio.streams.append(stream)
+        self.stdio.take(sock, kind)
         return True
 
     def _read_stdin(self) -> None:
@@ -359,8 +351,7 @@ class Anchor(Launch):
 
     def _finish(self, status: int) -> int:
         if self.stdio is not None:
-            for stream in self.stdio.streams:
-                watch(self.selector, stream.sock, 0, stream)
+            watch(self.selector, self.stdio.wake_fd, 0, "streams")
             # All the container's output reaches the caller before its status does.
             self.stdio.finish(DRAIN_TIMEOUT)
             self.stdio = None

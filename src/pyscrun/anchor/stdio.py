@@ -1,39 +1,44 @@
 """The caller's stdio (podman's pipes) for a container whose agents stream it.
 
-Each task's stdout and stderr arrive on connections of their own (channel/streams.py)
-and are spliced into the caller's pipe; a descriptor that is no pipe gets them read and
-written, through a buffer. While the caller's descriptor is full (or the buffer over
-its mark) the anchor stops reading those streams, and so the container, its output
-unread, waits. stdin is read only while task 0's agent takes it.
+Each task's stdout and stderr arrive on connections of their own (channel/streams.py).
+A thread per stream moves them into the caller's descriptor: spliced into a pipe, read
+and written otherwise, never blocking on the caller for longer than it takes to look
+whether it is told to stop. While the caller's descriptor is full the thread waits, its
+socket fills, and so the container, its output unread, waits too. The anchor's loop
+hears of a stream's end through a wake-up pipe. stdin is read by the loop, only while
+task 0's agent takes it.
 """
 
 from __future__ import annotations
 
 import os
-import selectors
+import select
 import socket
 import stat
+import threading
 import time
 
 from pyscrun.channel import frames, streams
-from pyscrun.watch import drain, widen_pipe
+from pyscrun.watch import widen_pipe
 
+# Bytes of the caller's stdin waiting to reach task 0's agent beyond which the anchor
+# stops reading it.
 HIGH_WATER = 1 << 20
+# How long a stream's thread waits at a time (for data, or for room in the caller's
+# descriptor) before it looks whether it is told to stop.
+WAIT = 0.2
 
 
 class Sink:
-    """One output descriptor of the caller, written without ever blocking the anchor."""
+    """One output descriptor of the caller, written without ever blocking for long."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.sock: socket.socket | None = None
-        self.out = bytearray()
-        # A pipe takes the streams spliced in; full: it took nothing last time.
-        self.pipe = False
-        self.full = False
+        self.pipe = False  # takes the streams spliced in
+        self.gone = False  # its reader is gone: what comes is dropped
         mode = os.fstat(fd).st_mode
         if stat.S_ISFIFO(mode):
-            self.pipe = True
             # A description of its own: O_NONBLOCK on the caller's would reach
             # whoever shares it.
             try:
@@ -43,47 +48,61 @@ class Sink:
             else:
                 os.close(fd)
                 self.fd = own
+                self.pipe = True
             widen_pipe(self.fd)
         elif stat.S_ISSOCK(mode):
             self.sock = socket.socket(fileno=fd)
 
-    @property
-    def pending(self) -> int:
-        return len(self.out)
+    def _room(self, stop: threading.Event) -> bool:
+        """Wait until the descriptor takes more; False if told to stop meanwhile."""
+        while not self._has_room(WAIT):
+            if stop.is_set():
+                return False
+        return True
 
-    def write(self, data: bytes) -> None:
-        self.out += data
-        self.flush()
+    def _has_room(self, wait: float) -> bool:
+        poller = select.poll()
+        poller.register(self.fd, select.POLLOUT)
+        return bool(poller.poll(wait * 1000))
 
-    def splice_from(self, sock: socket.socket) -> int | None:
-        """Move what sock holds straight into this pipe: as streams.move, None also
-        when this pipe is full (then marked so). A reader that is gone takes no more:
-        the bytes are read and dropped from then on."""
-        try:
-            moved = streams.move(sock.fileno(), self.fd)
-        except BrokenPipeError:
-            self.pipe = False
-            return self.read_into(sock)
-        if moved is None:
-            self.full = True
-        return moved
-
-    def read_into(self, sock: socket.socket) -> int | None:
-        """Read what sock holds and write it (buffered): as streams.move."""
+    def take_from(self, sock: socket.socket, stop: threading.Event) -> bool:
+        """Move what arrived on sock (it was readable) into this descriptor; False at
+        the stream's end."""
+        while self.pipe and not self.gone:
+            try:
+                moved = streams.move(sock.fileno(), self.fd)
+            except BrokenPipeError:
+                self.gone = True
+                break
+            if moved is not None:
+                return moved != 0
+            if self._has_room(0):
+                return True  # the socket had nothing after all
+            if not self._room(stop):
+                return False
         try:
             data = sock.recv(streams.CHUNK)
         except BlockingIOError:
-            return None
-        self.write(data)
-        return len(data)
+            return True
+        self.write(data, stop)
+        return bool(data)
 
-    def flush(self) -> None:
-        self.full = False
-        sock = self.sock
-        if sock is not None:
-            drain(self.out, lambda data: sock.send(data, socket.MSG_DONTWAIT))
-        else:
-            drain(self.out, lambda data: os.write(self.fd, data))
+    def write(self, data: bytes, stop: threading.Event) -> None:
+        view = memoryview(data)
+        while view and not self.gone:
+            try:
+                if self.sock is not None:
+                    written = self.sock.send(view, socket.MSG_DONTWAIT)
+                else:
+                    written = os.write(self.fd, view)
+            except BlockingIOError:
+                if not self._room(stop):
+                    return
+                continue
+            except OSError:
+                self.gone = True
+                return
+            view = view[written:]
 
     def close(self) -> None:
         if self.sock is not None:
@@ -93,10 +112,29 @@ class Sink:
 
 
 class AgentStream:
-    """One task's stdout or stderr, on a connection of its own."""
+    """One task's stdout or stderr, on a connection of its own, moved by a thread."""
 
-    def __init__(self, sock: socket.socket, kind: int, task: str) -> None:
-        self.sock, self.kind, self.task = sock, kind, task
+    def __init__(self, sock: socket.socket, sink: Sink, wake_fd: int) -> None:
+        self.sock, self.sink, self.wake_fd = sock, sink, wake_fd
+        self.ended = False
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        poller = select.poll()
+        poller.register(self.sock, select.POLLIN)
+        try:
+            while not self.stop.is_set():
+                if poller.poll(WAIT * 1000) and not self.sink.take_from(self.sock, self.stop):
+                    break
+        except OSError:
+            pass  # the agent's connection failed: its node or itself is gone
+        finally:
+            self.ended = True
+            try:
+                os.write(self.wake_fd, b"e")
+            except OSError:
+                pass  # the anchor is finishing and no longer listens
 
 
 class CallerStdio:
@@ -104,31 +142,26 @@ class CallerStdio:
         self.sinks = {frames.STDOUT: Sink(os.dup(1)), frames.STDERR: Sink(os.dup(2))}
         self.stdin_fd = os.dup(0)
         self.streams: list[AgentStream] = []
+        # Written by a stream's thread at its end, read by the anchor's loop.
+        self.wake_fd, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
 
-    def stream_wanted(self, stream: AgentStream) -> bool:
-        """Whether to read the stream now: its sink has room."""
-        sink = self.sinks[stream.kind]
-        return not sink.full and sink.pending < HIGH_WATER
+    def take(self, sock: socket.socket, kind: int) -> None:
+        """A task's output stream (kind: frames.STDOUT or STDERR), from now on."""
+        sock.setblocking(False)
+        stream = AgentStream(sock, self.sinks[kind], self._wake_w)
+        self.streams.append(stream)
+        stream.thread.start()
 
-    def move(self, stream: AgentStream) -> bool:
-        """What arrived on stream, into its sink; False once the stream has ended."""
-        sink = self.sinks[stream.kind]
+    def reap(self) -> None:
+        """Let go of the streams that have ended (the wake-up pipe was readable)."""
         try:
-            if sink.pipe and not sink.pending:
-                moved = sink.splice_from(stream.sock)
-            else:
-                moved = sink.read_into(stream.sock)
-        except OSError:
-            moved = 0  # the agent's connection failed: its node or itself is gone
-        return moved != 0
-
-    def end(self, stream: AgentStream) -> None:
-        """Let go of an ended stream (no longer watched)."""
-        self.streams.remove(stream)
-        stream.sock.close()
-
-    def waiting(self) -> list[Sink]:
-        return [sink for sink in self.sinks.values() if sink.pending]
+            os.read(self.wake_fd, 4096)
+        except BlockingIOError:
+            pass
+        for stream in [s for s in self.streams if s.ended]:
+            stream.thread.join()
+            stream.sock.close()
+            self.streams.remove(stream)
 
     def read_stdin(self) -> bytes | None:
         """What the caller wrote to stdin (it was readable): b"" at its end, None if
@@ -146,20 +179,19 @@ class CallerStdio:
             self.stdin_fd = -1
 
     def finish(self, timeout: float) -> None:
-        """Write out what is left (up to timeout: a caller that stopped reading), then
-        let go of the caller's descriptors."""
+        """Let the streams end (up to timeout: a caller that stopped reading, or an
+        agent that never ended its stream), then let go of the caller's descriptors."""
         deadline = time.monotonic() + timeout
-        with selectors.PollSelector() as selector:
-            for sink in self.waiting():
-                selector.register(sink.fd, selectors.EVENT_WRITE, sink)
-            while selector.get_map() and time.monotonic() < deadline:
-                for key, _ in selector.select(max(0.0, deadline - time.monotonic())):
-                    key.data.flush()
-                    if not key.data.pending:
-                        selector.unregister(key.fd)
         for stream in self.streams:
+            stream.thread.join(max(0.0, deadline - time.monotonic()))
+        for stream in self.streams:
+            stream.stop.set()
+        for stream in self.streams:
+            stream.thread.join(WAIT * 2)
             stream.sock.close()
         self.streams.clear()
         for sink in self.sinks.values():
             sink.close()
         self.close_stdin()
+        for fd in (self.wake_fd, self._wake_w):
+            os.close(fd)
