@@ -1,4 +1,7 @@
-"""Bad input: one clear line on stderr, a non-zero exit, and nothing left behind."""
+"""Bad input: one clear line on stderr, a non-zero exit, and nothing left behind.
+
+As root: scrun's own command line, with bundles of root's, as runc's is used; what an
+ordinary user's podman does is in the tests that run as one."""
 
 from __future__ import annotations
 

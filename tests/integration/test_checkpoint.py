@@ -1,5 +1,8 @@
 """Checkpoint, restore and migration of containers through podman's own commands,
-across Slurm jobs and nodes, with real runc and CRIU."""
+across Slurm jobs and nodes, with real runc and CRIU.
+
+As root: CRIU needs it (an ordinary user's checkpoint is refused in one line, tested
+in test_ordinary_users.py)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
 """docker (dockerd + containerd's runc shim) drives scrun end to end: local and Slurm
-backends, both oci.conf modes, on a private dockerd the tests start and stop."""
+backends, both oci.conf modes, on a private dockerd the tests start and stop.
+
+Rootful docker, as root (rootless docker is in test_rootless_docker.py)."""
 
 from __future__ import annotations
 

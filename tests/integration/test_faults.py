@@ -1,7 +1,11 @@
 """Faults: a killed node agent, slurmctld restarted or away, a node that dies, a job
 cancelled from outside, signals to the anchor, a full disk. No hang, the right exit
 code where there is one, and nothing left behind (the kill -9 of the anchor is in
-test_slurm.py)."""
+test_slurm.py).
+
+As root: scrun's own command line, with bundles of root's, as runc's is used; what an
+ordinary user's podman does is in the tests that run as one.
+Some faults (a killed slurmd, slurmctld restarted) need root anyway."""
 
 from __future__ import annotations
 

@@ -1,7 +1,10 @@
 """Hostile input: paths and values that would run commands if they ever reached a shell
 unquoted, malformed config.json of every kind, and symlinks planted where scrun writes.
 Nothing runs, errors are one clear line, and nothing is left behind (the basic cases
-of bad ids, config.json and oci.conf are in test_bad_input.py)."""
+of bad ids, config.json and oci.conf are in test_bad_input.py).
+
+As root: scrun's own command line, with bundles of root's, as runc's is used; what an
+ordinary user's podman does is in the tests that run as one."""
 
 from __future__ import annotations
 

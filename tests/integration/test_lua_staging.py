@@ -1,5 +1,6 @@
-"""scrun.lua under real podman on the loopback Slurm cluster: the man page's rsync
-staging, remote commands on every node, and each way a script can fail."""
+"""scrun.lua under an ordinary user's rootless podman on the loopback Slurm cluster: the
+man page's rsync staging, remote commands on every node, and each way a script can
+fail."""
 
 from __future__ import annotations
 
@@ -10,35 +11,21 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.harness import (
-    IMAGE,
-    RUN_OCI_CONF,
-    Cluster,
-    LeakCheck,
-    Runtime,
-    make_slurm_runtime,
-    podman,
-    wait_for,
-)
+from tests.integration.accounts import USER, account
+from tests.integration.conftest import runtime_on
+from tests.integration.harness import IMAGE, Cluster, Runtime, podman, wait_for
 from tests.unit.test_lua_example import with_scratch_path
 
 NODES = 3
 
 
 @pytest.fixture
-def cluster_conf(cluster: Cluster) -> Path:
-    """slurm.conf of the shared loopback cluster, with three nodes."""
-    return cluster.up(NODES)
-
-
-@pytest.fixture
-def staged(cluster_conf: Path, tmp_path: Path) -> Iterator[tuple[Runtime, Path]]:
-    """A runtime whose conf dir (slurm.conf linked beside oci.conf) gets the test's
-    scrun.lua; nothing of the test may be left afterwards, job included."""
-    runtime = make_slurm_runtime(tmp_path, cluster_conf, RUN_OCI_CONF)
-    leaks = LeakCheck(runtime, str(tmp_path), cluster_conf)
-    yield runtime, tmp_path
-    leaks.check()
+def staged(cluster: Cluster, tmp_path: Path) -> Iterator[tuple[Runtime, Path]]:
+    """The user's runtime (run mode, three nodes) whose conf dir (slurm.conf linked
+    beside oci.conf) gets the test's scrun.lua, and a directory of the user's; nothing
+    of the test may be left afterwards, job included."""
+    with runtime_on("slurm", "run", cluster, tmp_path, account(USER), NODES) as runtime:
+        yield runtime, runtime.wrapper.parent
 
 
 def _podman_ok(runtime: Runtime, *args: str) -> str:
@@ -57,7 +44,7 @@ def test_man_page_rsync_example(staged: tuple[Runtime, Path]) -> None:
                "touch /staged-out; while [ ! -e /proceed ]; do sleep 0.1; done")
     cid = _podman_ok(runtime, "run", "-d", IMAGE, "sh", "-c", command)
     try:
-        stage_dir = scratch / str(os.getuid()) / "slurm" / "scrun" / cid
+        stage_dir = scratch / str(runtime.account.uid) / "slurm" / "scrun" / cid
         staged_rootfs = stage_dir / "rootfs"
         wait_for(lambda: (staged_rootfs / "staged-out").exists(), 60, "the container's file")
         config = json.loads((stage_dir / "config.json").read_text())

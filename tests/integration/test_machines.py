@@ -1,5 +1,8 @@
 """Compute nodes that are other machines: what crosses between them and the login side
-(the channel, the container's stdio) and who may use the anchor's port."""
+(the channel, the container's stdio) and who may use the anchor's port.
+
+As root: scrun's own command line, with bundles of root's, as runc's is used; what an
+ordinary user's podman does is in the tests that run as one."""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """oci.conf directives beyond the RunTime* commands, seen where they take effect:
-in the container, in the files the node agent writes, in what the runtime is given."""
+in the container, in the files the node agent writes, in what the runtime is given.
+
+As root: scrun's own command line, with bundles of root's, as runc's is used; what an
+ordinary user's podman does is in the tests that run as one."""
 
 from __future__ import annotations
 

@@ -2,7 +2,10 @@
 that podman, which holds the container's lock until create returns, can stop or remove
 it), the caller is told with the job id, the container starts when the job comes, and
 giving up (SIGTERM to the anchor, delete, Ctrl-C on run, podman rm -f) withdraws the job
-at once and leaves nothing."""
+at once and leaves nothing.
+
+As root: scrun's own command line, with bundles of root's, as runc's is used; what an
+ordinary user's podman does is in the tests that run as one."""
 
 from __future__ import annotations
 

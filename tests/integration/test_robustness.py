@@ -1,5 +1,8 @@
 """Nothing a process sends an anchor, or leaves behind for scrun to read, kills the
-anchor or prints a traceback."""
+anchor or prints a traceback.
+
+As root: scrun's own command line, with bundles of root's, as runc's is used; what an
+ordinary user's podman does is in the tests that run as one."""
 
 from __future__ import annotations
 

@@ -3,6 +3,8 @@
 Each task prints its rank and a count; a checkpoint, the job's end and a restart in a
 new job must leave every rank counting on from where it was. Nothing may be left
 behind: no job in squeue, no task, launcher or CRIU process.
+
+As root: CRIU needs it (an ordinary user is told why not, in test_ordinary_users.py).
 """
 
 from __future__ import annotations
