@@ -60,8 +60,8 @@ def _await_taken(link: peer.Peer, deadline: float) -> None:
 def move(source: int, target: int, wait_for_target: bool = False) -> int | None:
     """splice what source holds into target: the bytes moved, 0 at source's end, None
     when source has nothing now or target takes nothing now. wait_for_target: a
-    blocking target is waited for (a non-blocking source never is). OSError if target
-    is gone."""
+    blocking target (the agent's socket) is waited for instead. OSError if target is
+    gone."""
     flags = os.SPLICE_F_MOVE if wait_for_target else os.SPLICE_F_MOVE | os.SPLICE_F_NONBLOCK
     try:
         return os.splice(source, target, CHUNK, flags=flags)

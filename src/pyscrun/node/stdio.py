@@ -32,7 +32,6 @@ class Pump:
 
     def __init__(self, pipe: int, sock: socket.socket) -> None:
         self.pipe, self.sock = pipe, sock
-        os.set_blocking(pipe, False)
         # Blocking: a full socket holds the pump, and so the container.
         sock.setblocking(True)
         widen_pipe(pipe)
@@ -48,7 +47,7 @@ class Pump:
                     if self.stop.is_set():
                         return
                     continue
-                # The pipe's O_NONBLOCK makes an empty pipe EAGAIN; the socket blocks.
+                # Readable: the pipe holds data, or has ended (0 moved).
                 if streams.move(self.pipe, self.sock.fileno(), wait_for_target=True) == 0:
                     return
         except OSError:
