@@ -31,7 +31,8 @@ os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", str(SHARED_TMP))
 
 @pytest.fixture(params=sorted(OCI_CONFS))
 def local_runtime(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Runtime]:
-    """scrun on the local backend, in each oci.conf mode, checked for leaks afterwards."""
+    """scrun on the local backend, in each oci.conf mode, as root (its own command line
+    with root's bundles, as runc's is used); checked for leaks afterwards."""
     runtime = make_runtime(tmp_path, OCI_CONFS[request.param])
     leaks = LeakCheck(runtime, str(tmp_path))
     yield runtime
@@ -40,8 +41,8 @@ def local_runtime(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Ru
 
 @pytest.fixture
 def run_mode_runtime(tmp_path: Path) -> Iterator[Runtime]:
-    """scrun on the local backend with Slurm's example oci.conf (runc in run mode);
-    checked for leaks afterwards."""
+    """scrun on the local backend with Slurm's example oci.conf (runc in run mode), as
+    root; checked for leaks afterwards."""
     runtime = make_runtime(tmp_path, RUN_OCI_CONF)
     leaks = LeakCheck(runtime, str(tmp_path))
     yield runtime
@@ -50,7 +51,7 @@ def run_mode_runtime(tmp_path: Path) -> Iterator[Runtime]:
 
 @pytest.fixture
 def default_runtime(tmp_path: Path) -> Iterator[Runtime]:
-    """scrun with no oci.conf at all: the built-in runc run-mode default."""
+    """scrun with no oci.conf at all (the built-in runc run-mode default), as root."""
     runtime = make_runtime(tmp_path, None)
     leaks = LeakCheck(runtime, str(tmp_path))
     yield runtime
@@ -69,7 +70,8 @@ def cluster() -> Iterator[Cluster]:
 def slurm_runtime(request: pytest.FixtureRequest, cluster: Cluster, tmp_path: Path,
                   ) -> Iterator[Runtime]:
     """scrun on the Slurm backend (built-in oci.conf) of a cluster of
-    `@pytest.mark.nodes(N)` nodes (1 unless marked); checked for leaks and jobs after."""
+    `@pytest.mark.nodes(N)` nodes (1 unless marked), as root; checked for leaks and jobs
+    after."""
     marker = request.node.get_closest_marker("nodes")
     conf = cluster.up(marker.args[0] if marker else 1)
     runtime = make_slurm_runtime(tmp_path, conf)
