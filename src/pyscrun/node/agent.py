@@ -44,6 +44,8 @@ DIAL_TIMEOUT = 10.0
 # How long the agent sends what is left of the container's output once it ended (a
 # process of the container may still hold its stdout), and then its status.
 OUTPUT_DRAIN_TIMEOUT = 10.0
+# How long a runtime may take to end once its container was sent SIGKILL.
+RUNTIME_AFTER_KILL = 5.0
 REPORT_TIMEOUT = 30.0
 
 
@@ -66,6 +68,8 @@ class Agent(AgentOrders):
         # (the runtime's own), until it has run the container's process.
         self.created_init: tuple[int, str] | None = None
         self.pending_signals: list[tuple[int, bool]] = []
+        # When the container was sent SIGKILL: its runtime must end soon after.
+        self.killed_at: float | None = None
         self.paused = False
         self.ended_by_itself = False
         self.guard: Guard | None = None
@@ -156,7 +160,26 @@ class Agent(AgentOrders):
                     os.kill(target, signum)
                 except ProcessLookupError:
                     pass
+            if signum == signal.SIGKILL and self.killed_at is None:
+                self.killed_at = time.monotonic()
         self.pending_signals.clear()
+
+    def _stuck_runtime_wait(self, pid: int) -> float | None:
+        """How long the runtime pid may still take to end after its container was
+        killed (None: no limit); killed itself once that is up (a foreground `runc
+        restore` has been seen to hang there), so that its container gets deleted."""
+        if self.killed_at is None or pid != self.runtime_pid:
+            return None
+        left = self.killed_at + RUNTIME_AFTER_KILL - time.monotonic()
+        if left > 0:
+            return left
+        log.current.error("the runtime did not end with its container: killing it")
+        self.killed_at = None
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        return None
 
     def _container_init(self) -> int:
         """The container's init pid once it runs the container's process (0 until then).
@@ -207,6 +230,9 @@ class Agent(AgentOrders):
                 # A signal that arrived before the container existed is retried soon,
                 # and the container's init looked for until it is found.
                 timeout = 0.05 if self.pending_signals or self._running_unreported() else None
+                stuck = self._stuck_runtime_wait(pid)
+                if stuck is not None:
+                    timeout = stuck if timeout is None else min(timeout, stuck)
                 for key, events in self.selector.select(timeout):
                     if key.data == "exit":
                         status, self.ended_by_itself = processes.wait_status(pid)
