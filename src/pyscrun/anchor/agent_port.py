@@ -150,7 +150,6 @@ class AgentPort:
         self.strangers.remove(link)
         self.agents.hello(link, task, node, int(message.get("tasks") or 1))
 
-
     def _stream(self, link: AgentLink, message: dict[str, Any]) -> None:
         """A task's stdout or stderr on this connection from now on: raw bytes, which
         the anchor's caller stdio takes (channel/streams.py)."""
