@@ -9,7 +9,7 @@ import selectors
 import threading
 import time
 
-from pyscrun.anchor.stdio import AgentStream, Sink
+from pyscrun.anchor.stdio import Sink, stream_into
 from pyscrun.channel import frames, peer, streams, tcp
 from pyscrun.node.stdio import ContainerStdio
 
@@ -40,7 +40,6 @@ class AnchorSide:
             self.out[kind] += data
 
     def _serve(self) -> None:
-        wake_r, wake_w = os.pipe()
         taken = []
         for _ in self.pipes:
             sock, _ = self.server.accept()
@@ -55,15 +54,13 @@ class AnchorSide:
             assert hello["op"] == streams.HELLO
             link.send(frames.message({"op": streams.TAKEN}))
             sink = Sink(self.pipes[hello["stream"]][1])
-            stream = AgentStream(sock, sink, wake_w)
+            stream = stream_into(sink, sock, lambda: None)
             stream.thread.start()
             taken.append((stream, sink))
         for stream, sink in taken:
             stream.thread.join(60)
             assert stream.ended
             sink.close()
-        for fd in (wake_r, wake_w):
-            os.close(fd)
 
 
 def _round_trip(slow_for: float) -> None:

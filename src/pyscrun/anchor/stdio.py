@@ -17,6 +17,7 @@ import socket
 import stat
 import threading
 import time
+from collections.abc import Callable
 
 from pyscrun.channel import frames, streams
 from pyscrun.watch import widen_pipe
@@ -24,9 +25,6 @@ from pyscrun.watch import widen_pipe
 # Bytes of the caller's stdin waiting to reach task 0's agent beyond which the anchor
 # stops reading it.
 HIGH_WATER = 1 << 20
-# How long a stream's thread waits at a time (for data, or for room in the caller's
-# descriptor) before it looks whether it is told to stop.
-WAIT = 0.2
 
 
 class Sink:
@@ -55,7 +53,7 @@ class Sink:
 
     def _room(self, stop: threading.Event) -> bool:
         """Wait until the descriptor takes more; False if told to stop meanwhile."""
-        while not self._has_room(WAIT):
+        while not self._has_room(streams.WAIT):
             if stop.is_set():
                 return False
         return True
@@ -111,46 +109,33 @@ class Sink:
             os.close(self.fd)
 
 
-class AgentStream:
-    """One task's stdout or stderr, on a connection of its own, moved by a thread."""
-
-    def __init__(self, sock: socket.socket, sink: Sink, wake_fd: int) -> None:
-        self.sock, self.sink, self.wake_fd = sock, sink, wake_fd
-        self.ended = False
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        poller = select.poll()
-        poller.register(self.sock, select.POLLIN)
-        try:
-            while not self.stop.is_set():
-                if poller.poll(WAIT * 1000) and not self.sink.take_from(self.sock, self.stop):
-                    break
-        except OSError:
-            pass  # the agent's connection failed: its node or itself is gone
-        finally:
-            self.ended = True
-            try:
-                os.write(self.wake_fd, b"e")
-            except OSError:
-                pass  # the anchor is finishing and no longer listens
+def stream_into(sink: Sink, sock: socket.socket, on_end: Callable[[], None]) -> streams.Mover:
+    """What arrives on an agent's stream connection, moved into sink by a thread (not
+    started yet); on_end is called in it once the stream has ended."""
+    sock.setblocking(False)
+    return streams.Mover(sock.fileno(), sock, lambda stop: sink.take_from(sock, stop), on_end)
 
 
 class CallerStdio:
     def __init__(self) -> None:
         self.sinks = {frames.STDOUT: Sink(os.dup(1)), frames.STDERR: Sink(os.dup(2))}
         self.stdin_fd = os.dup(0)
-        self.streams: list[AgentStream] = []
+        self.streams: list[streams.Mover] = []
         # Written by a stream's thread at its end, read by the anchor's loop.
         self.wake_fd, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
 
     def take(self, sock: socket.socket, kind: int) -> None:
         """A task's output stream (kind: frames.STDOUT or STDERR), from now on."""
-        sock.setblocking(False)
-        stream = AgentStream(sock, self.sinks[kind], self._wake_w)
+        stream = stream_into(self.sinks[kind], sock, self._wake)
         self.streams.append(stream)
         stream.thread.start()
+
+    def _wake(self) -> None:
+        """A stream's thread has ended: the anchor's loop hears it."""
+        try:
+            os.write(self._wake_w, b"e")
+        except OSError:
+            pass  # the anchor is finishing and no longer listens
 
     def reap(self) -> None:
         """Let go of the streams that have ended (the wake-up pipe was readable)."""
@@ -183,12 +168,7 @@ class CallerStdio:
         agent that never ended its stream), then let go of the caller's descriptors."""
         deadline = time.monotonic() + timeout
         for stream in self.streams:
-            stream.thread.join(max(0.0, deadline - time.monotonic()))
-        for stream in self.streams:
-            stream.stop.set()
-        for stream in self.streams:
-            stream.thread.join(WAIT * 2)
-            stream.sock.close()
+            stream.finish(deadline)
         self.streams.clear()
         for sink in self.sinks.values():
             sink.close()

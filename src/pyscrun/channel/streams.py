@@ -11,15 +11,21 @@ either process's memory.
 from __future__ import annotations
 
 import os
+import select
 import selectors
 import socket
+import threading
 import time
+from collections.abc import Callable
 
 from pyscrun.channel import frames, peer
 from pyscrun.errors import ChannelError
 
 # What one splice moves at most: a widened pipe's whole buffer.
 CHUNK = 1 << 20
+# How long a stream's thread waits at a time (for data, or for room where it writes)
+# before it looks whether it is told to stop.
+WAIT = 0.2
 HELLO = "agent-stream"
 TAKEN = "stream-ok"
 
@@ -67,3 +73,43 @@ def move(source: int, target: int, wait_for_target: bool = False) -> int | None:
         return os.splice(source, target, CHUNK, flags=flags)
     except BlockingIOError:
         return None
+
+
+class Mover:
+    """One stream moved by a thread of its own: whenever source is readable, step moves
+    what it can (False at the stream's end), until the stream ends or the thread is
+    told to stop (looked at every WAIT s). sock is the stream's connection."""
+
+    def __init__(self, source: int, sock: socket.socket,
+                 step: Callable[[threading.Event], bool],
+                 on_end: Callable[[], None] = lambda: None) -> None:
+        self.source, self.sock, self.step, self.on_end = source, sock, step, on_end
+        self.ended = False
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        poller = select.poll()
+        poller.register(self.source, select.POLLIN)
+        try:
+            while not self.stop.is_set():
+                if poller.poll(WAIT * 1000) and not self.step(self.stop):
+                    break
+        except OSError:
+            pass  # the other end is gone: nobody reads, or sends, this stream any more
+        finally:
+            self.ended = True
+            self.on_end()
+
+    def finish(self, deadline: float) -> None:
+        """Let the stream end until deadline, else give up on it: the thread is told to
+        stop and its connection shut down (a send blocked on it returns)."""
+        self.thread.join(max(0.0, deadline - time.monotonic()))
+        if self.thread.is_alive():
+            self.stop.set()
+            try:
+                self.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already gone
+            self.thread.join(WAIT * 2)
+        self.sock.close()

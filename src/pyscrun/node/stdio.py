@@ -12,10 +12,8 @@ its own stdout: nothing is dropped and memory stays bounded.
 from __future__ import annotations
 
 import os
-import select
 import selectors
 import socket
-import threading
 import time
 
 from pyscrun.channel import frames, streams
@@ -23,49 +21,6 @@ from pyscrun.watch import drain, watch, widen_pipe
 
 # Bytes of stdin waiting for the container beyond which the agent stops taking more.
 HIGH_WATER = 1 << 20
-# How often a pump whose pipe is quiet looks whether it is told to stop.
-PUMP_POLL = 0.2
-
-
-class Pump:
-    """One output pipe spliced into its socket until the pipe's end, in a thread."""
-
-    def __init__(self, pipe: int, sock: socket.socket) -> None:
-        self.pipe, self.sock = pipe, sock
-        # Blocking: a full socket holds the pump, and so the container.
-        sock.setblocking(True)
-        widen_pipe(pipe)
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        poller = select.poll()
-        poller.register(self.pipe, select.POLLIN)
-        try:
-            while True:
-                if not poller.poll(PUMP_POLL * 1000):
-                    if self.stop.is_set():
-                        return
-                    continue
-                # Readable: the pipe holds data, or has ended (0 moved).
-                if streams.move(self.pipe, self.sock.fileno(), wait_for_target=True) == 0:
-                    return
-        except OSError:
-            return  # the anchor is gone: nobody reads this stream any more
-
-    def finish(self, deadline: float) -> None:
-        """Wait (until deadline) for the pipe's end, then end the stream: its connection
-        closes once the socket has sent what it holds."""
-        self.stop.set()
-        self.thread.join(max(0.0, deadline - time.monotonic()))
-        if self.thread.is_alive():
-            # Still held by a full socket: the anchor takes no more, give up.
-            self.sock.shutdown(socket.SHUT_RDWR)
-            self.thread.join(PUMP_POLL * 2)
-        self.sock.close()
-        os.close(self.pipe)
-
-
 class ContainerStdio:
     STDIN_KEY = ("stdin", 0)
 
@@ -76,7 +31,7 @@ class ContainerStdio:
         err_r, err_w = os.pipe()
         # What the runtime gets, closed here once it has them.
         self.child_ends: tuple[int, int, int] | None = (stdin_r, out_w, err_w)
-        self.pumps = [Pump(out_r, outputs[frames.STDOUT]), Pump(err_r, outputs[frames.STDERR])]
+        self.pumps = [_pump(out_r, outputs[frames.STDOUT]), _pump(err_r, outputs[frames.STDERR])]
         if self.stdin_w >= 0:
             os.set_blocking(self.stdin_w, False)
         self.stdin_data = bytearray()
@@ -136,4 +91,15 @@ class ContainerStdio:
         deadline = time.monotonic() + timeout
         for pump in self.pumps:
             pump.finish(deadline)
+            os.close(pump.source)
         self.pumps.clear()
+
+
+def _pump(pipe: int, sock: socket.socket) -> streams.Mover:
+    """One output pipe spliced into its connection, in a thread, until the pipe's end."""
+    # Blocking: a full socket holds the pump, and so the container.
+    sock.setblocking(True)
+    widen_pipe(pipe)
+    # Readable: the pipe holds data, or has ended (0 moved).
+    return streams.Mover(pipe, sock, lambda _: streams.move(
+        pipe, sock.fileno(), wait_for_target=True) != 0)
