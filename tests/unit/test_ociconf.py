@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from pathlib import Path
 
 import pytest
 
@@ -74,3 +75,24 @@ def test_create_env_file_values() -> None:
 def test_error_names_file_and_line() -> None:
     with pytest.raises(ConfigError, match=re.escape("oci.conf:3: unknown directive 'Nope'")):
         ociconf.parse("RunTimeRun=r\nRunTimeKill=k\nNope=1\n", "oci.conf")
+
+
+@pytest.mark.parametrize(("directive", "command", "copies"), [
+    ("RunTimeRun", "runc --rootless=true --root=/run/user/%U/ run %n.%u.%j.%s.%t -b %b", True),
+    ("RunTimeRun", "/usr/sbin/runc run --bundle %b %n", True),
+    ("RunTimeRestore", "runc restore --image-path /x %n", True),
+    ("RunTimeRun", "runc run --detach %n", False),
+    ("RunTimeCreate", "runc create --bundle %b %n", False),
+    ("RunTimeRun", "crun run --bundle %b %n", False),
+    ("RunTimeRun", "/usr/local/bin/wrap runc run %n", False),
+])
+def test_which_runtimes_copy_the_output_themselves(directive: str, command: str,
+                                                   copies: bool) -> None:
+    """Only a runtime known to put pipes of its own before the container is given the
+    stream's sockets (any other container would see a socket as its stdout)."""
+    from pyscrun.node.runtime import RuntimeCommands
+
+    commands = RuntimeCommands(ociconf.parse(EXAMPLE, "oci.conf"), patterns.PatternValues(),
+                               cwd=Path("/"), environ={},
+                               more={directive: command})
+    assert commands.copies_output(directive) is copies

@@ -63,15 +63,15 @@ class AnchorSide:
             sink.close()
 
 
-def _round_trip(slow_for: float) -> None:
-    """The container writes both streams; the caller reads them after slow_for s."""
+def _round_trip(slow_for: float, runtime_copies: bool = False) -> None:
+    """The container (or, runtime_copies, the runtime that copies its output) writes
+    both streams; the caller reads them after slow_for s."""
     anchor = AnchorSide(slow_for)
     outputs = {kind: streams.dial("127.0.0.1", anchor.port, SECRET, 5, "0", kind)
                for kind in (frames.STDOUT, frames.STDERR)}
     stdio = ContainerStdio(with_stdin=False, outputs=outputs)
-    assert stdio.child_ends is not None
     # The container's ends, as the runtime holds them once the agent let go of its own.
-    out_w, err_w = (os.dup(fd) for fd in stdio.child_ends[1:])
+    out_w, err_w = (os.dup(fd) for fd in stdio.child_ends(runtime_copies)[1:])
     stdio.spawned()
     # The container's writes: distinct bytes, so that any loss or reordering shows.
     sent = {frames.STDOUT: bytes(range(256)) * 32768, frames.STDERR: b"err\n" * 100000}
@@ -94,3 +94,8 @@ def test_streams_arrive_whole_in_order_and_end() -> None:
 
 def test_a_slow_reader_slows_the_container_and_loses_nothing() -> None:
     _round_trip(slow_for=1.0)
+
+
+def test_a_runtime_that_copies_the_output_writes_the_connections_themselves() -> None:
+    _round_trip(slow_for=0.0, runtime_copies=True)
+    _round_trip(slow_for=1.0, runtime_copies=True)

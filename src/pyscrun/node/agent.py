@@ -300,7 +300,8 @@ class Agent(AgentOrders):
                args: list[str] | None = None) -> subprocess.Popen[bytes]:
         """Start the runtime command that brings the container up, with the streamed
         stdio when there is one (else this process's own)."""
-        stdio = self.stdio.child_ends if self.stdio is not None else None
+        stdio = (self.stdio.child_ends(commands.copies_output(directive))
+                 if self.stdio is not None else None)
         preserve = self.preserve_fds if directive in ("RunTimeRun", "RunTimeCreate") else 0
         process = commands.spawn(directive, args, stdio, preserve)
         if self.stdio is not None:

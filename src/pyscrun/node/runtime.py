@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -16,6 +17,13 @@ from pyscrun.errors import RuntimeCommandError
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+
+# Runtimes that, run in the foreground, put pipes of their own between the container's
+# stdio and their own and copy the output through them (runc's `run` and `restore`
+# without --detach): given sockets, they write them, and the container still sees pipes.
+# The verbs of each that run in the foreground.
+_COPYING_RUNTIMES = {"runc": ("run", "restore")}
+_DETACHING = ("-d", "--detach")
 
 
 class RuntimeCommands:
@@ -45,6 +53,15 @@ class RuntimeCommands:
 
     def set_pid(self, pid: int) -> None:
         self.values = self.values.replace(pid=str(pid))
+
+    def copies_output(self, directive: str) -> bool:
+        """Whether the runtime that directive runs copies the container's output
+        through pipes of its own (its program is one of _COPYING_RUNTIMES, running one of
+        its foreground verbs)."""
+        words = self.pattern(directive).split()
+        verbs = _COPYING_RUNTIMES.get(os.path.basename(words[0])) if words else None
+        return (verbs is not None and any(verb in words for verb in verbs)
+                and not any(flag in words for flag in _DETACHING))
 
     def spawn(self, directive: str, args: list[str] | None = None,
               stdio: tuple[int, int, int] | None = None, preserve_fds: int = 0,

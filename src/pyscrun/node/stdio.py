@@ -1,12 +1,17 @@
 """The container's stdio as streams to the anchor, for a container on another machine.
 
-The agent gives the runtime three pipes of its own. What comes out of the container's
-stdout and stderr pipes is spliced into a connection of each stream's own
-(channel/streams.py) by a thread per stream, which does nothing else: the agent's own
-loop is not woken for every write of the container. Task 0's stdin comes the other way
-as frames on the control connection. When the anchor cannot keep up, a stream's socket
-fills, its thread waits and so does the container, as it would for a slow reader of
-its own stdout: nothing is dropped and memory stays bounded.
+Each of the container's output streams has a connection of its own to the anchor
+(channel/streams.py). A runtime that copies the container's output itself (`runc run`
+and `runc restore` in the foreground put pipes of their own between the container and
+their own stdio) is given the connections themselves as its stdout and stderr: nothing
+of this process stands between. Any other (`runc create`, whose container inherits the
+runtime's stdio) is given pipes, as the container must see pipes (a socket cannot be
+opened as /dev/stdout): a thread per stream splices each into its connection and does
+nothing else, so the agent's own loop is not woken for every write of the container.
+Task 0's stdin comes the other way as frames on the control connection. When the anchor
+cannot keep up, a stream's socket fills, the runtime or the pump waits and so does the
+container, as it would for a slow reader of its own stdout: nothing is dropped and
+memory stays bounded.
 """
 
 from __future__ import annotations
@@ -21,32 +26,53 @@ from pyscrun.watch import drain, watch, widen_pipe
 
 # Bytes of stdin waiting for the container beyond which the agent stops taking more.
 HIGH_WATER = 1 << 20
+
+
 class ContainerStdio:
     STDIN_KEY = ("stdin", 0)
 
     def __init__(self, with_stdin: bool, outputs: dict[int, socket.socket]) -> None:
         """outputs: the connection of each output stream (frames.STDOUT, STDERR)."""
-        stdin_r, self.stdin_w = os.pipe() if with_stdin else (os.open(os.devnull, os.O_RDONLY), -1)
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        # What the runtime gets, closed here once it has them.
-        self.child_ends: tuple[int, int, int] | None = (stdin_r, out_w, err_w)
-        self.pumps = [_pump(out_r, outputs[frames.STDOUT]), _pump(err_r, outputs[frames.STDERR])]
+        self.stdin_r, self.stdin_w = (os.pipe() if with_stdin
+                                      else (os.open(os.devnull, os.O_RDONLY), -1))
+        self.outputs = [outputs[frames.STDOUT], outputs[frames.STDERR]]
+        # What this process still holds of what the runtime was given, closed once it has
+        # it: the container's end would never show as end of file.
+        self.handed_over: list[int] = []
+        self.pumps: list[streams.Mover] = []
         if self.stdin_w >= 0:
             os.set_blocking(self.stdin_w, False)
         self.stdin_data = bytearray()
         self.stdin_ended = False
         self.selector: selectors.BaseSelector | None = None
 
+    def child_ends(self, runtime_copies: bool) -> tuple[int, int, int]:
+        """The runtime's stdin, stdout and stderr. runtime_copies: the runtime copies the
+        container's output through pipes of its own, so it may write the connections
+        itself; otherwise pipes, each spliced into its connection."""
+        if runtime_copies:
+            for sock in self.outputs:
+                sock.setblocking(True)
+            outs = [sock.detach() for sock in self.outputs]
+        else:
+            outs = []
+            for sock in self.outputs:
+                read, write = os.pipe()
+                self.pumps.append(_pump(read, sock))
+                outs.append(write)
+        self.outputs = []
+        self.handed_over = [self.stdin_r, *outs]
+        return self.stdin_r, outs[0], outs[1]
+
     def spawned(self) -> None:
-        """The runtime has the child ends: this process must not hold them (the
-        container's end would never show as end of file). The pumps start."""
-        if self.child_ends is not None:
-            for fd in self.child_ends:
-                os.close(fd)
-            self.child_ends = None
-            for pump in self.pumps:
-                pump.thread.start()
+        """The runtime has its stdio: this process lets go of it, and the pumps start."""
+        if not self.handed_over:
+            return
+        for fd in self.handed_over:
+            os.close(fd)
+        self.handed_over = []
+        for pump in self.pumps:
+            pump.thread.start()
 
     def attach(self, selector: selectors.BaseSelector) -> None:
         self.selector = selector
@@ -82,6 +108,8 @@ class ContainerStdio:
     def finish(self, timeout: float) -> None:
         """The container has ended: send what is left of its output, up to the end of
         each stream (or until timeout, should something of it still hold a pipe)."""
+        if self.outputs:  # the runtime was never started
+            self.child_ends(runtime_copies=True)
         self.spawned()
         if self.stdin_w >= 0:
             if self.selector is not None:
