@@ -8,12 +8,10 @@ connection: its challenge is different.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import os
 
 NONCE = 32
-_DIGEST = hashlib.sha256().digest_size
+_DIGEST = 32  # SHA-256's
 _DIALER = b"pyscrun-channel dialer"
 _LISTENER = b"pyscrun-channel listener"
 
@@ -23,7 +21,11 @@ def challenge() -> bytes:
 
 
 def _mac(secret: bytes, role: bytes, first: bytes, second: bytes) -> bytes:
-    return hmac.new(secret, role + first + second, hashlib.sha256).digest()
+    # Imported when first needed: loading OpenSSL costs create milliseconds, where the
+    # anchor that imports this module has nothing to prove yet.
+    import hmac
+
+    return hmac.digest(secret, role + first + second, "sha256")
 
 
 def answer(secret: bytes, challenge: bytes) -> bytes:
@@ -37,11 +39,18 @@ def check_answer(secret: bytes, challenge: bytes, answer: bytes) -> bytes | None
     if len(answer) != NONCE + _DIGEST:
         return None
     nonce, proof = answer[:NONCE], answer[NONCE:]
-    if not hmac.compare_digest(proof, _mac(secret, _DIALER, challenge, nonce)):
+    if not _same(proof, _mac(secret, _DIALER, challenge, nonce)):
         return None
     return _mac(secret, _LISTENER, nonce, challenge)
 
 
 def check_proof(secret: bytes, challenge: bytes, answer: bytes, proof: bytes) -> bool:
     """Whether the listener's proof shows it holds the secret too."""
-    return hmac.compare_digest(proof, _mac(secret, _LISTENER, answer[:NONCE], challenge))
+    return _same(proof, _mac(secret, _LISTENER, answer[:NONCE], challenge))
+
+
+def _same(a: bytes, b: bytes) -> bool:
+    """Compared in constant time: the time taken says nothing of where they differ."""
+    import hmac
+
+    return hmac.compare_digest(a, b)

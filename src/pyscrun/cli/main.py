@@ -83,4 +83,6 @@ def run(argv: list[str]) -> int:
 
 
 def main() -> None:
-    sys.exit(exit_status_of(lambda: run(sys.argv[1:])))
+    from pyscrun.leave import leave
+
+    leave(exit_status_of(lambda: run(sys.argv[1:])))

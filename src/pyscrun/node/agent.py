@@ -9,7 +9,6 @@ container's stdio over it when the anchor asks for that.
 
 from __future__ import annotations
 
-import json
 import os
 import selectors
 import signal
@@ -19,7 +18,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from pyscrun import log, selfpipe
+from pyscrun import jsonc, log, selfpipe
 from pyscrun.channel import frames, peer, streams, tcp
 from pyscrun.conf import site
 from pyscrun.conf.ociconf import OciConf
@@ -379,7 +378,7 @@ class Agent(AgentOrders):
             status: int | None = None
             try:
                 if restore:
-                    status = self.restore_mode(commands, json.loads(restore))
+                    status = self.restore_mode(commands, jsonc.loads(restore))
                 elif self.conf.run_mode:
                     status = self.run_mode(commands)
                 else:
@@ -467,5 +466,7 @@ def _report_error(env: dict[str, str], message: str) -> None:
 
 def cli() -> None:
     """Entry point when srun starts the agent: `python -m pyscrun.node`."""
-    raise SystemExit(main(dict(os.environ)))
+    from pyscrun.leave import leave
+
+    leave(main(dict(os.environ)))
 

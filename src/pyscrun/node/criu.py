@@ -10,12 +10,13 @@ import os
 from collections.abc import Mapping
 
 from pyscrun.errors import RuntimeCommandError
-from pyscrun.node.runtime import RuntimeCommands
 
 # typing costs milliseconds at every start of the CLI: for type checkers only.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+
+    from pyscrun.node.runtime import RuntimeCommands
 
 # runc's checkpoint/restore flags that pyscrun passes on: option name -> takes a value.
 PASSED_ON = {

@@ -3,10 +3,9 @@ checkpoint, pause, resume, update, ps and stats of the task's container."""
 
 from __future__ import annotations
 
-import json
 import os
 
-from pyscrun import log, messages
+from pyscrun import jsonc, log, messages
 from pyscrun.channel import frames, peer
 from pyscrun.conf.ociconf import OciConf
 from pyscrun.errors import RuntimeCommandError, ScrunError
@@ -104,7 +103,7 @@ class AgentOrders:
             if op == "update":
                 # runc update --resources FILE, the file in the task dir of this node.
                 resources = self.task_dir / "resources.json"
-                resources.write_text(json.dumps(order["resources"]))
+                resources.write_text(jsonc.dumps(order["resources"]))
                 args = [str(resources)]
             self.commands.run_checked(directive, args)
             if op != "update":
@@ -123,7 +122,7 @@ class AgentOrders:
             self.commands.require("RunTimeStats")
             printed = self.commands.run_checked("RunTimeStats")
             try:
-                figures = json.loads(printed).get("data")
+                figures = jsonc.loads(printed).get("data")
             except (ValueError, AttributeError):
                 figures = None
             if not isinstance(figures, dict):

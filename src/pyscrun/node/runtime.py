@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import copy
-import json
 import os
 import subprocess
 from pathlib import Path
 
-from pyscrun import log
+from pyscrun import jsonc, log
 from pyscrun.conf import patterns
 from pyscrun.conf.ociconf import OciConf
 from pyscrun.errors import RuntimeCommandError
@@ -126,7 +125,7 @@ class RuntimeCommands:
         if code != 0:
             return None
         try:
-            document = json.loads(output)
+            document = jsonc.loads(output)
         except ValueError:
             return None
         return document if isinstance(document, dict) else None

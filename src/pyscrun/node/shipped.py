@@ -5,11 +5,11 @@ has ended, task 0's rootfs goes back, so that its changes reach the login host."
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from pathlib import Path
 
+from pyscrun import jsonc
 from pyscrun.channel import files, peer
 from pyscrun.errors import ChannelError, RuntimeCommandError
 
@@ -42,13 +42,13 @@ def fetch(control: peer.Peer | None, into: Path,
     finally:
         archive.unlink(missing_ok=True)
     config_path = into / "config.json"
-    config = json.loads(config_path.read_text())
+    config = jsonc.loads(config_path.read_text())
     config["root"]["path"] = str(rootfs)
     for mount in config.get("mounts") or []:
         source = mount.get("source")
         if isinstance(source, str) and source.startswith("mounts/"):
             mount["source"] = str(into / source)
-    config_path.write_text(json.dumps(config))
+    config_path.write_text(jsonc.dumps(config))
     _own_mounted_files(into / "mounts")
     return into
 
@@ -56,7 +56,7 @@ def fetch(control: peer.Peer | None, into: Path,
 def _own_mounted_files(mounts: Path) -> None:
     """The shipped files get the mode and owner they had (files arrive 0600, the
     agent's): hosts stays readable by all, a secret by its owner alone."""
-    owners = json.loads((mounts / "owners.json").read_text())
+    owners = jsonc.loads((mounts / "owners.json").read_text())
     for name, (mode, uid, gid) in owners.items():
         path = mounts / os.path.basename(name)
         try:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import socket
 from collections.abc import Callable
 from pathlib import Path
 
-from pyscrun import identity
+from pyscrun import identity, jsonc
 from pyscrun.conf import patterns
 from pyscrun.conf.ociconf import OciConf
 from pyscrun.errors import ScrunError
@@ -98,7 +97,7 @@ class Task:
         files: dict[str, bytes] = {}
         if conf.IgnoreFileConfigJson:
             bundle_dir, rootfs = ident.bundle, ident.bundle
-            args: list[str] = json.loads(self.env.get("PYSCRUN_AGENT_ARGS", "[]"))
+            args: list[str] = jsonc.loads(self.env.get("PYSCRUN_AGENT_ARGS", "[]"))
             env_entries = rewrite.exclude_env(
                 rewrite.merge_env([], _job_env(self.env)), conf.EnvExclude)
         else:
@@ -110,7 +109,7 @@ class Task:
                 disable_hooks=conf.DisableHooks, task_id=ident.task_id,
                 container=(ident.container_id, str(ident.bundle)),
             )
-            files["config.json"] = json.dumps(config).encode()
+            files["config.json"] = jsonc.dumps(config).encode()
             bundle_dir, rootfs = self.dir, Path(config["root"]["path"])
             args = config["process"]["args"]
             env_entries = config["process"]["env"]
@@ -126,7 +125,7 @@ class Task:
         )
         # What `scrun exec` needs to find this task's container (node/exec_into.py):
         # the runtime's patterns, and a process in the user namespace it runs in.
-        files[EXEC_RECORD] = json.dumps({
+        files[EXEC_RECORD] = jsonc.dumps({
             "patterns": {name: getattr(values, name) for name in values.__slots__},
             "agent": os.getpid()}).encode()
         runtime_env = {k: v for k, v in self.env.items() if not k.startswith("PYSCRUN_AGENT_")}

@@ -10,11 +10,10 @@ container there just as podman's runtime would have on the login host.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 
-from pyscrun import identity
+from pyscrun import identity, jsonc
 from pyscrun.errors import ScrunError
 
 ENV = "PYSCRUN_AGENT_USERNS"
@@ -38,7 +37,7 @@ def _maps_its_own_users(bundle: str) -> bool:
     as the user, as under Slurm's scrun, and makes that namespace itself."""
     try:
         with open(os.path.join(bundle, "config.json"), "rb") as source:
-            config = json.load(source)
+            config = jsonc.loads(source.read())
         linux = config["linux"]
         return bool(linux.get("uidMappings")) and any(
             entry.get("type") == "user" for entry in linux.get("namespaces") or [])
