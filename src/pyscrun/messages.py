@@ -104,6 +104,8 @@ CHANNELS: dict[str, dict[str, dict[str, Field]]] = {
         "op images-sent": {"error": ERROR},
         "op bundle-sent": {"error": ERROR},
         "op report-running": {},
+        # the container's start, to the agents of a step launched at create
+        "op go": {},
         "op stream-ok": {},
         "op pause": {},
         "op resume": {},

@@ -174,3 +174,39 @@ def test_an_srun_that_cannot_run_says_why(slurm_runtime: Runtime, tmp_path: Path
     done = slurm_runtime.scrun("run", "-b", str(bundle), "nosrun")
     assert done.returncode == 127, done.stderr
     assert f"cannot run {fake}: Exec format error" in done.stderr
+
+
+def test_an_initialized_container_waits_for_its_start(users_slurm_runtime: Runtime) -> None:
+    """`podman init` runs the runtime's create: the job's step is launched then, and the
+    container's process runs only once started, once, with its output and status."""
+    conf = users_slurm_runtime.slurm_conf.resolve()
+    name = f"init{uuid.uuid4().hex[:8]}"
+    done = podman(users_slurm_runtime, "create", "--name", name, IMAGE,
+                  "sh", "-c", "echo ran; exit 4")
+    assert done.returncode == 0, done.stderr
+    try:
+        done = podman(users_slurm_runtime, "init", name)
+        assert done.returncode == 0, done.stderr
+        assert slurm(conf, "squeue", "-h").stdout.strip(), "no job for the created container"
+        time.sleep(1)
+        logs = podman(users_slurm_runtime, "logs", name)
+        assert b"ran" not in logs.stdout + logs.stderr, "the process ran before its start"
+        started = podman(users_slurm_runtime, "start", "-a", name)
+        assert started.returncode == 4, started.stderr
+        assert started.stdout.decode().split() == ["ran"]
+    finally:
+        podman(users_slurm_runtime, "rm", "-f", name)
+    wait_for(lambda: not slurm(conf, "squeue", "-h").stdout.strip(), 10, "the job to end")
+
+
+def test_an_initialized_container_removed_unstarted_leaves_nothing(
+        users_slurm_runtime: Runtime) -> None:
+    conf = users_slurm_runtime.slurm_conf.resolve()
+    name = f"unstarted{uuid.uuid4().hex[:8]}"
+    assert podman(users_slurm_runtime, "create", "--name", name, IMAGE,
+                  "sleep", "1000").returncode == 0
+    assert podman(users_slurm_runtime, "init", name).returncode == 0
+    wait_for(lambda: slurm(conf, "squeue", "-h", "-s").stdout.strip(), 10, "the step to be launched")
+    done = podman(users_slurm_runtime, "rm", "-f", name)
+    assert done.returncode == 0, done.stderr
+    wait_for(lambda: not slurm(conf, "squeue", "-h").stdout.strip(), 10, "the job to end")

@@ -42,6 +42,7 @@ class Agents:
         self.running = 0  # agents that reported their container running
         self.tasks = 0  # how many the step has, as its agents say (0 until one has)
         self.running_asked = False
+        self.started = False  # the container's start was given (a step launched at create)
         self.lost = 0  # agents whose connection closed before they reported an exit
         self.last_error = ""
         self.round: CheckpointRound | None = None
@@ -55,6 +56,8 @@ class Agents:
             agent.send(order)
         if self.running_asked:
             agent.send({"op": "report-running"})
+        if self.started:
+            agent.send({"op": "go"})
 
     def stdin_taker(self) -> AgentLink | None:
         """Task 0's agent, which reads the container's stdin, as with srun."""
@@ -82,6 +85,13 @@ class Agents:
         self.pending_kills.append(order)
         for agent in list(self.connected):
             agent.send(order)
+
+    def start(self) -> None:
+        """The container starts: every agent of a step launched at create, and every
+        one still to come, runs it."""
+        self.started = True
+        for agent in list(self.connected):
+            agent.send({"op": "go"})
 
     def ask_running(self) -> None:
         """Every agent, and every one still to come, reports once its container runs."""

@@ -79,6 +79,7 @@ class Anchor(Launch):
         self.ready_fd: int | None = None  # open while a restore waits for its tasks
         self.restore_probe = ""  # while a restore's nodes look for its image path
         self.bundle_probe = ""  # while the nodes look for the bundle
+        self.launch_error = ""
         # Clients of a checkpoint that stops the container, answered once it has.
         self.stopped_waiters: list[tuple[Connection, dict[str, Any]]] = []
         self.task_order: TaskOrder | None = None  # a pause or resume in progress
@@ -170,6 +171,7 @@ class Anchor(Launch):
         self.ready_fd = ready_fd
         if self.request.restore is None:
             self._report_ready(None)
+            self._launch_early()
             if self.backend.name == "local":
                 # The agent runs in a fork of this process: load it while podman is
                 # busy starting `scrun start`, not after.
@@ -278,9 +280,14 @@ class Anchor(Launch):
         container's status."""
         if self.step_status is None or self.exit_status is not None:
             return
-        assert self.drain_deadline is not None
+        if self.state.status == CREATED and not self.agents.pending_kills:
+            # Launched at create, the step ended by itself before the start (an agent's
+            # error, its node lost): the container ends when it is started, as then.
+            self.drain_deadline = None
+            return
         streaming = self.stdio is not None and self.stdio.streams
-        if (self.agents.connected or streaming) and time.monotonic() < self.drain_deadline:
+        if ((self.agents.connected or streaming) and self.drain_deadline is not None
+                and time.monotonic() < self.drain_deadline):
             return
         # Agents report their container's status and exit 0. A task that did not
         # report was killed: srun says so in its own status, unless it gave up

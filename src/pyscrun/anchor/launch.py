@@ -14,7 +14,7 @@ from pyscrun.anchor.orders import Orders
 from pyscrun.anchor.stdio import CallerStdio
 from pyscrun.backends.base import LaunchRequest
 from pyscrun.conf import scrun_env
-from pyscrun.errors import InvalidState, ScrunError
+from pyscrun.errors import BackendError, InvalidState, ScrunError
 from pyscrun.oci.state import CREATED, RUNNING
 from pyscrun.watch import watch
 
@@ -34,13 +34,41 @@ class Launch(Orders):
     agent_port: AgentPort | None
     stdio: CallerStdio | None
     bundle_probe: str
+    launch_error: str  # why the step launched at create could not be
+
+    def _launches_early(self) -> bool:
+        """Whether the step is launched as soon as the job runs, at create, its agents
+        held until start: srun's step launch and the agents' own start then overlap
+        podman's work between create and start. Through Slurm only (the local backend's
+        agent is a fork), and not for a terminal (srun --pty sizes the terminal once,
+        at its start, which docker does only after start)."""
+        return self.backend.name == "slurm" and not self.request.bundle.terminal
+
+    def _launch_early(self) -> None:
+        """At create: the step, if the job runs. A launch that fails is the start's
+        failure, as it would have been there."""
+        assert self.allocation is not None
+        if not self._launches_early() or self.allocation.queued:
+            return
+        try:
+            self._launch()
+        except ScrunError as err:
+            log.current.error(f"launching the container's step: {err}")
+            self.exit_status = None
+            self.launch_error = str(err)
 
     def _start(self) -> None:
         if self.state.status != CREATED:
             raise InvalidState(f"cannot start a container that is {self.state.status}")
         assert self.allocation is not None
+        if self.launch_error:
+            self.exit_status = 255
+            raise BackendError(self.launch_error)
         self.state.status = RUNNING
         self.store.save(self.state)
+        if self.step is not None:
+            self.agents.start()
+            return
         if self.allocation.queued:
             # Started once its job runs. podman shows the container's stderr from now.
             log.tell_caller(f"scrun: job {self.allocation.job_id} queued and waiting for resources")
@@ -58,6 +86,8 @@ class Launch(Orders):
             self.staging.stage_in(self.allocation)
             if self.state.status == RUNNING:
                 self._launch()
+            else:
+                self._launch_early()
         except ScrunError as err:
             watch(self.selector, fd, 0, "queued")
             log.current.error(str(err))
@@ -76,6 +106,8 @@ class Launch(Orders):
             # The step's command, as srun gives it: what IgnoreFileConfigJson runs.
             "PYSCRUN_AGENT_ARGS": jsonc.dumps(self.request.bundle.config["process"]["args"]),
         }
+        if self.state.status == CREATED:
+            agent_env["PYSCRUN_AGENT_HOLD"] = "1"  # until start
         if self.request.restore is not None:
             agent_env["PYSCRUN_AGENT_RESTORE"] = jsonc.dumps(self.request.restore)
         if self.backend.name == "local":

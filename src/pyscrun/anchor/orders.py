@@ -121,14 +121,16 @@ class Orders:
     # -- operations --------------------------------------------------------------------
     def _kill(self, signum: int, every: bool = False) -> None:
         status = self.state.status
-        if status == CREATED or (status == RUNNING and self.step is None):
+        if status in (CREATED, RUNNING) and self.step is None:
             # Nothing runs yet: a signal that would end a process ends the container
             # before it started; one that would not (CONT, WINCH, STOP...) does nothing.
             if signum not in _HARMLESS_SIGNALS:
                 self.exit_status = 128 + signum
             return
-        if status not in (RUNNING, PAUSED):
+        if status not in (CREATED, RUNNING, PAUSED):
             raise InvalidState(f"cannot kill a container that is {status}")
+        if status == CREATED and signum in _HARMLESS_SIGNALS:
+            return  # its step waits for the start: nothing runs that it could reach
         if signum == signal.SIGKILL and self.kill_deadline is None:
             self.kill_deadline = time.monotonic() + KILL_GRACE
         self.agents.kill(signum, every)

@@ -195,14 +195,29 @@ def kill(ctx: Context) -> int:
         ending = process_alive(state.stand_in, state.stand_in_start)
         if not ending and time.time() - state.ended > KILL_RACE:
             raise InvalidState("container not running")  # runc's words
-        # The container has just ended (the pid its caller knows it by may live on
-        # while the job is given back): a signal that races an end succeeds. podman
-        # stops and removes a container it still thinks runs, and takes a refusal
-        # for a failure (`podman rm -af` as `run --rm` containers end).
-        _wait_gone(state.stand_in, state.stand_in_start, DELETE_TIMEOUT)
-        _wait_reaped(state.stand_in, state.stand_in_start, REAP_TIMEOUT)
-        return 0
-    _ask(store, state, {"op": "kill", "signal": signum, "all": ctx.flag("all")})
+        return _raced_an_end(state)
+    try:
+        _ask(store, state, {"op": "kill", "signal": signum, "all": ctx.flag("all")})
+    except AnchorError:
+        # The container ended between the read of its state and the order: its anchor
+        # closed the control socket (or is gone) as it recorded the end.
+        try:
+            ended = store.load(state.id).effective_status() not in (CREATED, RUNNING, PAUSED)
+        except ContainerNotFound:
+            ended = True
+        if not ended:
+            raise
+        return _raced_an_end(state)
+    return 0
+
+
+def _raced_an_end(state: ContainerState) -> int:
+    """The container has just ended (the pid its caller knows it by may live on while
+    the job is given back): a signal that races an end succeeds. podman stops and
+    removes a container it still thinks runs, and takes a refusal for a failure
+    (`podman rm -af` as `run --rm` containers end)."""
+    _wait_gone(state.stand_in, state.stand_in_start, DELETE_TIMEOUT)
+    _wait_reaped(state.stand_in, state.stand_in_start, REAP_TIMEOUT)
     return 0
 
 

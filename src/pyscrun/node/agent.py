@@ -85,6 +85,8 @@ class Agent(AgentOrders):
         self.running_reported = False
         # The caller's fds 3.. for the container (--preserve-fds; the local backend only).
         self.preserve_fds = int(env.get("PYSCRUN_AGENT_PRESERVE_FDS") or 0)
+        # A step launched at create: the container waits for its start (the anchor's go).
+        self.held = env.get("PYSCRUN_AGENT_HOLD") == "1"
 
     # -- control channel -------------------------------------------------------------
     def connect(self) -> None:
@@ -236,18 +238,37 @@ class Agent(AgentOrders):
                     if key.data == "exit":
                         status, self.ended_by_itself = processes.wait_status(pid)
                         return status
-                    if key.data == "control":
-                        self._on_control(events)
-                    elif key.data == "signal":
-                        self._on_signal(key.fileobj)  # type: ignore[arg-type]
-                    elif self.stdio is not None and key.data[0] == "stdin":
-                        self.stdio.write_stdin()
+                    self._dispatch(key, events)
                 self._flush_signals()
                 self._report_running()
                 self._rearm()
         finally:
             self.selector.unregister(pidfd)
             os.close(pidfd)
+
+    def _dispatch(self, key: selectors.SelectorKey, events: int) -> None:
+        if key.data == "control":
+            self._on_control(events)
+        elif key.data == "signal":
+            self._on_signal(key.fileobj)  # type: ignore[arg-type]
+        elif self.stdio is not None and key.data[0] == "stdin":
+            self.stdio.write_stdin()
+
+    def _hold(self) -> int | None:
+        """A step launched at create waits here for the container's start (the
+        anchor's go), serving orders and signals meanwhile: the status of a container
+        ended before it started (killed, or its anchor gone), else None."""
+        while self.held:
+            # SIGCONT (Slurm's, before its SIGTERM, or on resuming a suspended job)
+            # would not end a process that ran: nothing to end here either.
+            ending = [signum for signum, _ in self.pending_signals if signum != signal.SIGCONT]
+            if ending:
+                return 128 + ending[0]
+            self.pending_signals.clear()
+            for key, events in self.selector.select():
+                self._dispatch(key, events)
+            self._rearm()
+        return None
 
     def _start_guard(self, task: Task) -> Callable[[RuntimeCommands], None]:
         def start(commands: RuntimeCommands) -> None:
@@ -373,21 +394,9 @@ class Agent(AgentOrders):
                                                     self._start_guard(task))
             # After the guard started: it must not be adopted back.
             processes.set_child_subreaper()
-            restore = self.env.get("PYSCRUN_AGENT_RESTORE")
-            foreground = bool(restore) or self.conf.run_mode
-            status: int | None = None
-            try:
-                if restore:
-                    status = self.restore_mode(commands, jsonc.loads(restore))
-                elif self.conf.run_mode:
-                    status = self.run_mode(commands)
-                else:
-                    status = self.create_start_mode(commands)
-            finally:
-                # A foreground run or restore that ended by itself has removed its
-                # container; anything else may have left one to kill and delete.
-                if not (foreground and status is not None and self.ended_by_itself):
-                    stop_and_delete(commands)
+            status = self._hold()
+            if status is None:
+                status = self._run_container(commands)
             if task.source != self.ident.bundle and self.ident.task_id == "0":
                 try:
                     shipped.send_back(self.control, task.shipped_dir)
@@ -399,6 +408,25 @@ class Agent(AgentOrders):
             if self.guard is not None:
                 self.guard.stand_down()
         return self._report_exit(status)
+
+    def _run_container(self, commands: RuntimeCommands) -> int:
+        """Bring the container up in the way the configuration says; its exit status."""
+        restore = self.env.get("PYSCRUN_AGENT_RESTORE")
+        foreground = bool(restore) or self.conf.run_mode
+        status: int | None = None
+        try:
+            if restore:
+                status = self.restore_mode(commands, jsonc.loads(restore))
+            elif self.conf.run_mode:
+                status = self.run_mode(commands)
+            else:
+                status = self.create_start_mode(commands)
+        finally:
+            # A foreground run or restore that ended by itself has removed its
+            # container; anything else may have left one to kill and delete.
+            if not (foreground and status is not None and self.ended_by_itself):
+                stop_and_delete(commands)
+        return status
 
     def _report_exit(self, status: int) -> int:
         """Tell the anchor the container's status, after the last of its output; the

@@ -35,6 +35,7 @@ class AgentOrders:
     task_dir: Path | None
     commands: RuntimeCommands | None
     running_wanted: bool
+    held: bool
     paused: bool
     derived_commands: Callable[[str], dict[str, str]]
 
@@ -62,6 +63,8 @@ class AgentOrders:
                     self.deliver(message["signal"], bool(message.get("all")))
                 elif op == "checkpoint":
                     self._checkpoint(message)
+                elif op == "go":
+                    self.held = False
                 elif op == "report-running":
                     self.running_wanted = True
                 elif op == "ps":
