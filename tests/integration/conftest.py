@@ -15,11 +15,11 @@ from tests.integration.harness import (
     Cluster,
     LeakCheck,
     Runtime,
+    checkout_reachable,
     cluster_down,
     make_runtime,
     make_slurm_runtime,
 )
-from tests.integration.users import checkout_reachable
 
 # The test cluster's nodes are machines of their own, whose /tmp is not the login
 # side's: what a test makes for its containers (bundles, checkpoint dirs) lives on the
@@ -82,17 +82,19 @@ def slurm_runtime(request: pytest.FixtureRequest, cluster: Cluster, tmp_path: Pa
 
 @contextmanager
 def runtime_on(backend: str, mode: str, cluster: Cluster, tmp_path: Path,
-               account: Account = ROOT, nodes: int = 1) -> Iterator[Runtime]:
+               account: Account = ROOT, nodes: int = 1, default_root: bool = False,
+               ) -> Iterator[Runtime]:
     """scrun on backend ("local" or "slurm" of that many nodes) in an oci.conf mode ("run",
-    "create-start", or "built-in": no oci.conf), driven by account's podman; checked for
-    leaks (and jobs) after."""
+    "create-start", or "built-in": no oci.conf), driven by account's podman (default_root:
+    with scrun's own default --root); checked for leaks (and jobs) after."""
     conf = cluster.up(nodes) if backend == "slurm" else None
     base = tmp_path if account.is_root else user_dir(account)
     oci_conf = OCI_CONFS.get(mode)
     if conf is None:
-        made = make_runtime(base, oci_conf, account=account)
+        made = make_runtime(base, oci_conf, account=account, default_root=default_root)
     else:
-        made = make_slurm_runtime(base, conf, oci_conf, account=account)
+        made = make_slurm_runtime(base, conf, oci_conf, account=account,
+                                  default_root=default_root)
     if not account.is_root:
         checkout_reachable(account)
     leaks = LeakCheck(made, str(base), conf)

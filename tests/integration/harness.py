@@ -106,8 +106,10 @@ class Runtime:
 
 
 def make_runtime(base: Path, oci_conf: str | None, extra_files: dict[str, str] | None = None,
-                 account: Account = ROOT) -> Runtime:
-    root = base / "root"
+                 account: Account = ROOT, default_root: bool = False) -> Runtime:
+    """scrun in base for account. default_root: no --root, scrun's own default (the
+    account's runtime dir), as a user who passes none."""
+    root = account.runtime_dir / "pyscrun" if default_root else base / "root"
     conf_dir = base / "etc"
     conf_dir.mkdir(parents=True, exist_ok=True)
     if oci_conf is not None:
@@ -117,8 +119,9 @@ def make_runtime(base: Path, oci_conf: str | None, extra_files: dict[str, str] |
     wrapper = base / "scrun"
     # podman passes no --log: without one the anchor's and agents' messages would be
     # lost, and a failure could not say why (a caller's own --log, later, wins).
+    root_option = "" if default_root else f" --root {root}"
     wrapper.write_text(
-        f"#!/bin/sh\nexec {SCRUN} --root {root} -f {conf_dir / 'slurm.conf'}"
+        f"#!/bin/sh\nexec {SCRUN}{root_option} -f {conf_dir / 'slurm.conf'}"
         f" --log {base / 'scrun.log'} \"$@\"\n")
     wrapper.chmod(0o755)
     for path in (base, conf_dir):
@@ -131,6 +134,22 @@ def podman(runtime: Runtime, *args: str, input: bytes | None = None, timeout: fl
     require("podman", "podman")
     return runtime.account.run(["podman", "--runtime", str(runtime.wrapper), *args],
                                input=input, timeout=timeout)
+
+
+def checkout_reachable(user: Account) -> None:
+    """The users run the checkout's scrun: say how to fix it when they cannot."""
+    done = user.run(["test", "-x", str(SCRUN)])
+    if done.returncode != 0:
+        pytest.fail(f"{user.name} cannot run {SCRUN}: run `make setup` (scripts/users-setup.sh "
+                    f"lets others traverse the directories above {REPO})")
+
+
+def podman_ok(runtime: Runtime, *args: str) -> str:
+    """podman's output (stripped); a failure says podman's error and the runtime's."""
+    done = podman(runtime, *args)
+    assert done.returncode == 0, (f"podman {' '.join(args)}: {done.stderr.decode()}",
+                                  runtime.log_errors())
+    return done.stdout.decode().strip()
 
 
 def podman_command_line(runtime: Runtime, *args: str) -> str:
@@ -250,7 +269,8 @@ class Leftovers:
 
 class LeakCheck(Leftovers):
     """The runtime's processes, spool dirs, runc containers and task dirs on every
-    machine, and Slurm jobs."""
+    machine, and Slurm jobs; for an ordinary user's runtime, every process of the
+    user's on every machine too (rootless podman's own pause process aside)."""
 
     def __init__(self, runtime: Runtime, marker: str, slurm_conf: Path | None = None) -> None:
         self.runtime = runtime
@@ -274,6 +294,10 @@ class LeakCheck(Leftovers):
             found["runc containers"] |= runc_containers(machine, account)
             found["runc state dirs"] |= runc_state_dirs(machine, account)
             found["task dirs"] |= {p.name for p in tasks.iterdir()} if tasks.is_dir() else set()
+        if not account.is_root:
+            found["the user's processes"] = {
+                line for machine in machines(self.slurm_conf)
+                for line in _processes_of(account.uid, machine)}
         if self.slurm_conf is not None:
             found["slurm jobs"] = slurm_jobs(self.slurm_conf)
         return found
@@ -291,6 +315,10 @@ class LeakCheck(Leftovers):
                 os.kill(int(line.split(":", 1)[0]), signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        for line in left.get("the user's processes", []):
+            where, pid = line.split(":", 2)[:2]
+            subprocess.run(on_machine(int(where), ["kill", "-9", pid]), check=False,
+                           capture_output=True)
         for job in left.get("slurm jobs", []):
             assert self.slurm_conf is not None
             slurm(self.slurm_conf, "scancel", job.split()[0])
@@ -304,6 +332,28 @@ class LeakCheck(Leftovers):
             for name in left.get("task dirs", []):
                 shutil.rmtree(machine_path(machine, str(account.tasks_dir_on(machine) / name)),
                               ignore_errors=True)
+
+
+def _processes_of(uid: int, machine: int) -> set[str]:
+    """uid's live processes on machine, as `machine:pid: command line`, rootless
+    podman's own pause process aside."""
+    found = set()
+    for entry in machine_path(machine, "/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if entry.stat().st_uid != uid:
+                continue
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if stat.rsplit(")", 1)[1].split()[0] in ("Z", "X") or "catatonit" in cmdline:
+            continue
+        if cmdline.startswith("podman") and "pause" in cmdline:
+            continue
+        found.add(f"{machine}:{entry.name}: {cmdline.strip()}")
+    return found
 
 
 def wait_for(predicate: object, timeout: float, what: str) -> None:
@@ -366,11 +416,11 @@ NODE_FILES = ("oci.conf", "pyscrun.conf")
 
 def make_slurm_runtime(base: Path, cluster_conf: Path, oci_conf: str | None = None,
                        extra_files: dict[str, str] | None = None, account: Account = ROOT,
-                       ) -> Runtime:
+                       default_root: bool = False) -> Runtime:
     """scrun for the Slurm backend: a conf dir of the test's own beside the cluster's
     slurm.conf, so the test can add its oci.conf or scrun.lua; the nodes get the same
     oci.conf and pyscrun.conf beside their own slurm.conf."""
-    runtime = make_runtime(base, oci_conf, extra_files, account)
+    runtime = make_runtime(base, oci_conf, extra_files, account, default_root)
     runtime.slurm_conf.symlink_to(cluster_conf)
     files = {"oci.conf": oci_conf, **(extra_files or {})}
     for name in NODE_FILES:

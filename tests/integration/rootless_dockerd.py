@@ -26,18 +26,17 @@ from tests.integration.dockerd import (
     import_test_image,
     log_tail,
 )
-from tests.integration.harness import require
-from tests.integration.users import User
+from tests.integration.harness import Runtime, require
 
 
 class RootlessDockerd:
-    def __init__(self, user: User) -> None:
+    def __init__(self, runtime: Runtime) -> None:
         require("rootlesskit", "rootlesskit")
         require("dockerd", "docker.io")
         if not ROOTFS_TAR.is_file():
             pytest.fail(f"{ROOTFS_TAR} is missing: run `make setup` (scripts/docker-setup.sh)")
-        self.user = user
-        self.home = user.base / "docker"
+        self.runtime = runtime
+        self.home = runtime.wrapper.parent / "docker"
         self.socket = self.home / "docker.sock"
         self.exec_root = self.home / "exec"
         # Where containerd's shim tells the runtime to keep its state (its --root).
@@ -46,9 +45,9 @@ class RootlessDockerd:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        user = self.user
-        user.run("mkdir", "-p", str(self.home))
-        user.run("sh", "-c", f"echo '{{}}' > {self.home}/daemon.json")
+        user = self.runtime.account
+        user.run(["mkdir", "-p", str(self.home)])
+        user.run(["sh", "-c", f"echo '{{}}' > {self.home}/daemon.json"])
         dockerd = ["dockerd", "--config-file", f"{self.home}/daemon.json",
                    "-H", f"unix://{self.socket}", "--data-root", f"{self.home}/data",
                    "--exec-root", str(self.exec_root), "--pidfile", f"{self.home}/dockerd.pid",
@@ -56,7 +55,7 @@ class RootlessDockerd:
                    # The shell lacks CAP_SYS_RESOURCE: docker's default rlimits would fail.
                    "--default-ulimit", "nofile=20000:20000",
                    "--default-ulimit", "nproc=32768:32768",
-                   "--add-runtime", f"{RUNTIME}={user.wrapper}"]
+                   "--add-runtime", f"{RUNTIME}={self.runtime.wrapper}"]
         argv = ["rootlesskit", "--net=host", "--copy-up=/etc", "--copy-up=/run",
                 f"--state-dir={self.home}/rootlesskit", "sh", "-c",
                 'rm -f /run/docker /run/containerd /run/xtables.lock; exec "$@"', "sh",
@@ -80,7 +79,7 @@ class RootlessDockerd:
 
     def docker(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[bytes]:
         return subprocess.run(
-            self.user.command(["docker", "-H", f"unix://{self.socket}", *args]),
+            self.runtime.account.command(["docker", "-H", f"unix://{self.socket}", *args]),
             capture_output=True, stdin=subprocess.DEVNULL, timeout=timeout, cwd="/",
             check=False)
 

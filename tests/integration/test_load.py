@@ -11,9 +11,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from tests.integration.accounts import USER, account, user_dir
-from tests.integration.harness import IMAGE, Cluster, make_slurm_runtime
+from tests.integration.harness import IMAGE, Cluster, checkout_reachable, make_slurm_runtime
 from tests.integration.reliability import ScopedLeakCheck, podman_background, wait_running
-from tests.integration.users import checkout_reachable
 
 CONTAINERS = 50
 STATE_CALLS = 1000

@@ -11,6 +11,7 @@ user's own: its jobs, its files, its allocation, other users, its mistakes.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import time
@@ -19,111 +20,118 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.accounts import OTHER_USER, USER
+from tests.integration.accounts import OTHER_USER, USER, account
+from tests.integration.conftest import MODES, runtime_on
 from tests.integration.harness import (
     IMAGE,
-    OCI_CONFS,
     SCRUN,
     Cluster,
+    Runtime,
     make_bundle,
+    make_runtime,
+    podman,
+    podman_ok,
     require,
     slurm,
     wait_for,
 )
 from tests.integration.terminal import at_a_terminal
-from tests.integration.users import (
-    User,
-    UserLeakCheck,
-    checkout_reachable,
-    make_user,
-)
 
 NODES = 3
 
 
-@pytest.fixture
-def slurm_user(cluster: Cluster) -> Iterator[User]:
-    user = make_user(USER, cluster.up(NODES))
-    checkout_reachable(user.account)
-    leaks = UserLeakCheck(user)
-    yield user
-    leaks.check()
+def _users(backend: str, mode: str, cluster: Cluster, tmp_path: Path) -> Iterator[Runtime]:
+    """The user's rootless podman with scrun as its runtime, on scrun's defaults (no
+    --root): the spool dir is the user's runtime dir's."""
+    nodes = NODES if backend == "slurm" else 1
+    with runtime_on(backend, mode, cluster, tmp_path, account(USER), nodes,
+                    default_root=True) as made:
+        yield made
 
 
 @pytest.fixture
-def local_user() -> Iterator[User]:
-    user = make_user(USER, None)
-    checkout_reachable(user.account)
-    leaks = UserLeakCheck(user)
-    yield user
-    leaks.check()
+def slurm_user(cluster: Cluster, tmp_path: Path) -> Iterator[Runtime]:
+    yield from _users("slurm", "built-in", cluster, tmp_path)
 
 
-@pytest.fixture(params=["local/run", "local/create-start", "slurm/run", "slurm/create-start"])
-def any_user(request: pytest.FixtureRequest, cluster: Cluster) -> Iterator[User]:
+@pytest.fixture
+def local_user(cluster: Cluster, tmp_path: Path) -> Iterator[Runtime]:
+    yield from _users("local", "built-in", cluster, tmp_path)
+
+
+@pytest.fixture(params=MODES)
+def any_user(request: pytest.FixtureRequest, cluster: Cluster, tmp_path: Path,
+             ) -> Iterator[Runtime]:
     """The user on each backend in each oci.conf mode (runc run, or create and start)."""
     backend, mode = request.param.split("/")
-    user = make_user(USER, cluster.up(NODES) if backend == "slurm" else None, OCI_CONFS[mode])
-    checkout_reachable(user.account)
-    leaks = UserLeakCheck(user)
-    yield user
-    leaks.check()
+    yield from _users(backend, mode, cluster, tmp_path)
 
 
-def test_the_container_runs_as_the_users_own_job_on_a_node(slurm_user: User) -> None:
-    cid = slurm_user.podman_ok("run", "-d", "--uts=host", IMAGE, "sh", "-c",
+def _base(runtime: Runtime) -> Path:
+    """The test's directory of the user's."""
+    return runtime.wrapper.parent
+
+
+def _scrun(runtime: Runtime, *args: str, env: dict[str, str] | None = None,
+           ) -> subprocess.CompletedProcess[bytes]:
+    """scrun as the user, with the runtime's configuration."""
+    return runtime.account.run([str(runtime.wrapper), *args], env=env)
+
+
+def test_the_container_runs_as_the_users_own_job_on_a_node(slurm_user: Runtime) -> None:
+    cid = podman_ok(slurm_user, "run", "-d", "--uts=host", IMAGE, "sh", "-c",
                                "hostname; id -u; echo $SLURM_JOB_ID; sleep 60")
     try:
-        wait_for(lambda: len(slurm_user.podman_ok("logs", cid).split()) == 3, 60, "its output")
-        node, uid_inside, job = slurm_user.podman_ok("logs", cid).split()
+        wait_for(lambda: len(podman_ok(slurm_user, "logs", cid).split()) == 3, 60, "its output")
+        node, uid_inside, job = podman_ok(slurm_user, "logs", cid).split()
         assert node.startswith("n"), node
         # podman's mapping, made again on the node: root inside is the user outside.
         assert uid_inside == "0"
-        shown = slurm(slurm_user.slurm_conf, "scontrol", "show", "job", job)  # type: ignore[arg-type]
-        assert f"UserId={USER}({slurm_user.uid})" in shown.stdout, shown.stdout
+        shown = slurm(slurm_user.slurm_conf, "scontrol", "show", "job", job)
+        assert f"UserId={USER}({slurm_user.account.uid})" in shown.stdout, shown.stdout
         assert f"NodeList={node}" in shown.stdout
         started = time.monotonic()
-        slurm_user.podman_ok("stop", "-t", "2", cid)
+        podman_ok(slurm_user, "stop", "-t", "2", cid)
         assert time.monotonic() - started < 30
     finally:
-        slurm_user.podman("rm", "-f", cid)
+        podman(slurm_user, "rm", "-f", cid)
 
 
-def test_files_the_container_writes_belong_to_the_user(slurm_user: User) -> None:
-    out = slurm_user.base / "out"
+def test_files_the_container_writes_belong_to_the_user(slurm_user: Runtime) -> None:
+    out = _base(slurm_user) / "out"
     out.mkdir()
-    subprocess.run(["chown", f"{slurm_user.uid}:{slurm_user.gid}", str(out)], check=True)
-    slurm_user.podman_ok("run", "--rm", "-v", f"{out}:/out", IMAGE, "touch", "/out/made")
-    assert (out / "made").stat().st_uid == slurm_user.uid
+    os.chown(out, slurm_user.account.uid, slurm_user.account.gid)
+    podman_ok(slurm_user, "run", "--rm", "-v", f"{out}:/out", IMAGE, "touch", "/out/made")
+    assert (out / "made").stat().st_uid == slurm_user.account.uid
 
 
-def test_three_nodes_three_tasks(slurm_user: User) -> None:
-    names = slurm_user.podman_ok("run", "--rm", "--uts=host", "-e", "SCRUN_JOB_NUM_NODES=3",
+def test_three_nodes_three_tasks(slurm_user: Runtime) -> None:
+    names = podman_ok(slurm_user, "run", "--rm", "--uts=host", "-e", "SCRUN_JOB_NUM_NODES=3",
                                  "-e", "SCRUN_NTASKS=3", IMAGE, "hostname").split()
     assert sorted(names) == ["n1", "n2", "n3"]
 
 
-def test_exec_into_a_container_on_its_node(slurm_user: User) -> None:
-    cid = slurm_user.podman_ok("run", "-d", IMAGE, "sleep", "60")
+def test_exec_into_a_container_on_its_node(slurm_user: Runtime) -> None:
+    cid = podman_ok(slurm_user, "run", "-d", IMAGE, "sleep", "60")
     try:
-        assert slurm_user.podman_ok("exec", cid, "echo", "inside") == "inside"
-        done = slurm_user.podman("exec", cid, "sh", "-c", "exit 5")
+        assert podman_ok(slurm_user, "exec", cid, "echo", "inside") == "inside"
+        done = podman(slurm_user, "exec", cid, "sh", "-c", "exit 5")
         assert done.returncode == 5, done.stderr.decode()
     finally:
-        slurm_user.podman("rm", "-f", "-t", "0", cid)
+        podman(slurm_user, "rm", "-f", "-t", "0", cid)
 
 
-def test_exec_with_a_terminal_and_top(any_user: User) -> None:
+def test_exec_with_a_terminal_and_top(any_user: Runtime) -> None:
     """`podman exec -it` gives the user a working terminal in the container; `podman top
     -ef` lists the container's processes (podman 4 runs ps through exec, on its node) or
     the stand-in's (podman 5 runs ps in its pid namespace), never the host's."""
-    cid = any_user.podman_ok("run", "-d", IMAGE, "sleep", "971")
+    cid = podman_ok(any_user, "run", "-d", IMAGE, "sleep", "971")
     try:
-        command = shlex.join(any_user.command(
+        command = shlex.join(any_user.account.command(
             ["podman", "--runtime", str(any_user.wrapper), "exec", "-it", cid, "sh"]))
-        at_a_terminal(command, any_user.base / "result", status=3, resize=False)
-        listed = any_user.podman_ok("top", cid, "-ef")
-        version = any_user.podman_ok("version", "--format", "{{.Client.Version}}")
+        at_a_terminal(command, _base(any_user) / "result", status=3, resize=False)
+        listed = podman_ok(any_user, "top", cid, "-ef")
+        version = podman_ok(any_user, "version", "--format", "{{.Client.Version}}")
         if int(version.split(".")[0]) < 5:
             assert "sleep 971" in listed, listed
         else:
@@ -131,43 +139,48 @@ def test_exec_with_a_terminal_and_top(any_user: User) -> None:
             pids = [int(line.split()[1]) for line in listed.splitlines()[1:]]
             assert pids == [1] and cid in listed, listed
     finally:
-        any_user.podman("rm", "-f", "-t", "0", cid)
+        podman(any_user, "rm", "-f", "-t", "0", cid)
 
 
-def test_a_container_in_the_users_own_allocation(slurm_user: User) -> None:
+def test_a_container_in_the_users_own_allocation(slurm_user: Runtime) -> None:
     """`SLURM_JOB_ID` of an salloc of the user's: the container is a step of that job."""
     script = (f"podman --runtime {slurm_user.wrapper} run --rm -e SLURM_JOB_ID=$SLURM_JOB_ID "
               f"{IMAGE} sh -c 'echo job=$SLURM_JOB_ID'; echo outer=$SLURM_JOB_ID")
-    done = slurm_user.run("salloc", "-N1", "--", "sh", "-c", script)
+    done = slurm_user.account.run(["salloc", "-N1", "--", "sh", "-c", script],
+                                  env={"SLURM_CONF": str(slurm_user.slurm_conf)})
     said = done.stdout.decode()
-    assert done.returncode == 0, (said, done.stderr.decode(), slurm_user.log_tail())
+    assert done.returncode == 0, (said, done.stderr.decode(), slurm_user.log_errors())
     inner = [line.split("=")[1] for line in said.split() if line.startswith("job=")]
     outer = [line.split("=")[1] for line in said.split() if line.startswith("outer=")]
     assert inner and inner == outer, said
 
 
-def test_checkpoint_of_an_ordinary_users_container_says_why_not(local_user: User) -> None:
-    cid = local_user.podman_ok("run", "-d", IMAGE, "sleep", "60")
+def test_checkpoint_of_an_ordinary_users_container_says_why_not(local_user: Runtime) -> None:
+    cid = podman_ok(local_user, "run", "-d", IMAGE, "sleep", "60")
     try:
-        done = local_user.run(str(local_user.wrapper), "checkpoint", "--image-path",
-                              str(local_user.base / "images"), cid)
+        done = _scrun(local_user, "checkpoint", "--image-path",
+                              str(_base(local_user) / "images"), cid)
         said = done.stderr.decode().strip()
         assert done.returncode != 0
         assert len(said.splitlines()) == 1 and "ordinary user" in said, said
-        assert local_user.podman_ok("inspect", "-f", "{{.State.Status}}", cid) == "running"
+        assert podman_ok(local_user, "inspect", "-f", "{{.State.Status}}", cid) == "running"
     finally:
-        local_user.podman("rm", "-f", "-t", "0", cid)
+        podman(local_user, "rm", "-f", "-t", "0", cid)
 
 
-def test_another_user_can_neither_see_nor_touch_the_containers(any_user: User) -> None:
-    cid = any_user.podman_ok("run", "-d", IMAGE, "sleep", "60")
-    other = User(OTHER_USER, any_user.base / "other", any_user.slurm_conf)
+def test_another_user_can_neither_see_nor_touch_the_containers(any_user: Runtime) -> None:
+    cid = podman_ok(any_user, "run", "-d", IMAGE, "sleep", "60")
+    other_base = _base(any_user) / "other"
+    other_base.mkdir()
+    other = make_runtime(other_base, None, account=account(OTHER_USER), default_root=True)
+    if any_user.slurm_conf.exists():
+        other.slurm_conf.symlink_to(any_user.slurm_conf.resolve())
     try:
-        root = any_user.runtime_dir / "pyscrun"
-        state = json.loads(any_user.run(str(any_user.wrapper), "state", cid).stdout)
+        root = any_user.account.runtime_dir / "pyscrun"
+        state = json.loads(_scrun(any_user, "state", cid).stdout)
         assert state["status"] == "running"
         for verb in (["list"], ["state", cid], ["kill", cid, "KILL"], ["delete", "--force", cid]):
-            done = other.run(str(other.wrapper), "--root", str(root), *verb)
+            done = _scrun(other, "--root", str(root), *verb)
             said = done.stderr.decode().strip()
             assert done.returncode != 0, (verb, done.stdout)
             assert len(said.splitlines()) == 1, said
@@ -176,35 +189,35 @@ def test_another_user_can_neither_see_nor_touch_the_containers(any_user: User) -
         probe = ("import socket,sys; s=socket.socket(socket.AF_UNIX); "
                  f"s.connect({str(socket_path)!r}); s.sendall(b'{{\"op\":\"kill\",\"signal\":9}}\\n');"
                  "print(s.recv(100))")
-        other.run("python3", "-c", probe)
-        assert other.run("podman", "ps", "-aq").stdout.strip() == b""
-        assert any_user.podman_ok("inspect", "-f", "{{.State.Status}}", cid) == "running"
+        other.account.run(["python3", "-c", probe])
+        assert other.account.run(["podman", "ps", "-aq"]).stdout.strip() == b""
+        assert podman_ok(any_user, "inspect", "-f", "{{.State.Status}}", cid) == "running"
     finally:
-        any_user.podman("rm", "-f", "-t", "0", cid)
+        podman(any_user, "rm", "-f", "-t", "0", cid)
 
 
-def test_a_user_without_subordinate_ids_is_told_what_to_fix(slurm_user: User,
+def test_a_user_without_subordinate_ids_is_told_what_to_fix(slurm_user: Runtime,
                                                             tmp_path: Path) -> None:
     """The node makes podman's mapping again with newuidmap, which checks /etc/subuid: a
     range taken away after podman set up its namespace is refused there, in one line."""
-    cid = slurm_user.podman_ok("create", IMAGE, "true")
+    cid = podman_ok(slurm_user, "create", IMAGE, "true")
     saved = Path("/etc/subuid").read_text()
     try:
         Path("/etc/subuid").write_text("".join(
             line for line in saved.splitlines(keepends=True) if not line.startswith(f"{USER}:")))
-        done = slurm_user.podman("start", "-a", cid)
+        done = podman(slurm_user, "start", "-a", cid)
         said = done.stderr.decode()
         assert done.returncode != 0
         assert "/etc/subuid" in said, said
     finally:
         Path("/etc/subuid").write_text(saved)
-        slurm_user.podman("rm", "-f", cid)
+        podman(slurm_user, "rm", "-f", cid)
 
 
-def test_an_unusable_runtime_dir_is_one_line_naming_the_fix(local_user: User) -> None:
+def test_an_unusable_runtime_dir_is_one_line_naming_the_fix(local_user: Runtime) -> None:
     """XDG_RUNTIME_DIR that is not the user's alone (here /tmp) is refused before
     anything is made."""
-    done = local_user.run(str(local_user.wrapper), "list", env={"XDG_RUNTIME_DIR": "/tmp"})
+    done = _scrun(local_user, "list", env={"XDG_RUNTIME_DIR": "/tmp"})
     said = done.stderr.decode().strip()
     assert done.returncode != 0
     assert len(said.splitlines()) == 1 and "XDG_RUNTIME_DIR=/tmp" in said, said
@@ -213,7 +226,7 @@ def test_an_unusable_runtime_dir_is_one_line_naming_the_fix(local_user: User) ->
 
 
 @pytest.fixture
-def socketless_dir(local_user: User, tmp_path: Path) -> Iterator[Path]:
+def socketless_dir(local_user: Runtime, tmp_path: Path) -> Iterator[Path]:
     """A directory of the user's alone on a file system that holds no sockets: exFAT,
     through FUSE, on a loop device."""
     for binary, package in (("losetup", "mount"), ("mkfs.exfat", "exfatprogs"),
@@ -225,11 +238,11 @@ def socketless_dir(local_user: User, tmp_path: Path) -> Iterator[Path]:
     subprocess.run(["mkfs.exfat", str(image)], check=True, capture_output=True)
     device = subprocess.run(["losetup", "--find", "--show", str(image)], check=True,
                             capture_output=True, text=True).stdout.strip()
-    mountpoint = local_user.base / "exfat"
+    mountpoint = _base(local_user) / "exfat"
     mountpoint.mkdir()
     try:
         subprocess.run(["mount.exfat-fuse", "-o",
-                        f"uid={local_user.uid},gid={local_user.gid},umask=077",
+                        f"uid={local_user.account.uid},gid={local_user.account.gid},umask=077",
                         device, str(mountpoint)], check=True, capture_output=True)
         try:
             yield mountpoint
@@ -240,11 +253,11 @@ def socketless_dir(local_user: User, tmp_path: Path) -> Iterator[Path]:
 
 
 def test_a_runtime_dir_that_cannot_hold_sockets_is_one_line_naming_the_fix(
-        local_user: User, socketless_dir: Path) -> None:
+        local_user: Runtime, socketless_dir: Path) -> None:
     """create fails in one line that names the directory and the fix, and leaves no
     spool dir, anchor or container behind."""
-    bundle = make_bundle(local_user.base, ["true"])
-    done = local_user.run(str(local_user.wrapper), "create", "--bundle", str(bundle), "c1",
+    bundle = make_bundle(_base(local_user), ["true"])
+    done = _scrun(local_user, "create", "--bundle", str(bundle), "c1",
                           env={"XDG_RUNTIME_DIR": str(socketless_dir)})
     said = done.stderr.decode().strip()
     assert done.returncode != 0
@@ -254,28 +267,29 @@ def test_a_runtime_dir_that_cannot_hold_sockets_is_one_line_naming_the_fix(
     assert list((socketless_dir / "pyscrun").iterdir()) == []
 
 
-def test_man_page_rsync_example_for_an_ordinary_user(slurm_user: User) -> None:
+def test_man_page_rsync_example_for_an_ordinary_user(slurm_user: Runtime) -> None:
     """The man page's scrun.lua, its scratch path on the cluster file system: it stages
     the rootfs and config.json as the user and maps the user onto the container's root
     (the runtime then makes that namespace itself, as under Slurm's scrun)."""
     from tests.unit.test_lua_example import with_scratch_path
 
-    scratch = slurm_user.base / "scratch"
+    scratch = _base(slurm_user) / "scratch"
     (slurm_user.conf_dir / "scrun.lua").write_text(with_scratch_path(scratch))
-    said = slurm_user.podman_ok("run", "--rm", "--uts=host", IMAGE, "sh", "-c",
+    said = podman_ok(slurm_user, "run", "--rm", "--uts=host", IMAGE, "sh", "-c",
                                 "echo staged on $(hostname) as $(id -u); "
                                 "awk '$5 == \"/\" {print $4}' /proc/self/mountinfo")
     first, root_source = said.splitlines()
     assert first.startswith("staged on n") and first.endswith("as 0"), said
-    assert f"/{slurm_user.uid}/slurm/scrun/" in root_source, root_source
-    stage_root = scratch / str(slurm_user.uid) / "slurm" / "scrun"
+    assert f"/{slurm_user.account.uid}/slurm/scrun/" in root_source, root_source
+    stage_root = scratch / str(slurm_user.account.uid) / "slurm" / "scrun"
     assert not stage_root.exists() or list(stage_root.iterdir()) == []
 
 
-def test_srun_cr_tells_an_ordinary_user_why_not(slurm_user: User) -> None:
+def test_srun_cr_tells_an_ordinary_user_why_not(slurm_user: Runtime) -> None:
     """srun_cr runs each task ready for CRIU, which needs root: one line, and no job."""
     srun_cr = str(Path(SCRUN).parent / "srun_cr")
-    done = slurm_user.run(srun_cr, "-N2", "-n2", "hostname")
+    done = slurm_user.account.run([srun_cr, "-N2", "-n2", "hostname"],
+                                  env={"SLURM_CONF": str(slurm_user.slurm_conf)})
     said = done.stderr.decode().strip()
     assert done.returncode == 1
     assert said.splitlines() == [said] and "needs root" in said and "srun" in said, said

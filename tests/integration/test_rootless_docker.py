@@ -7,32 +7,32 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from tests.integration.accounts import USER
+from tests.integration.accounts import USER, account
+from tests.integration.conftest import runtime_on
 from tests.integration.dockerd import IMAGE, RUNTIME
 from tests.integration.harness import Cluster
 from tests.integration.rootless_dockerd import RootlessDockerd
-from tests.integration.users import UserLeakCheck, checkout_reachable, make_user
 
 
 @pytest.fixture(params=["slurm", "local"])
-def rootless_docker(request: pytest.FixtureRequest, cluster: Cluster,
+def rootless_docker(request: pytest.FixtureRequest, cluster: Cluster, tmp_path: Path,
                     ) -> Iterator[RootlessDockerd]:
-    user = make_user(USER, cluster.up(1) if request.param == "slurm" else None)
-    checkout_reachable(user.account)
-    leaks = UserLeakCheck(user)
-    dockerd = RootlessDockerd(user)
-    dockerd.start()
-    yield dockerd
-    dockerd.stop()
-    leaks.check()
+    with runtime_on(request.param, "built-in", cluster, tmp_path, account(USER),
+                    default_root=True) as made:
+        dockerd = RootlessDockerd(made)
+        dockerd.start()
+        yield dockerd
+        dockerd.stop()
 
 
 def _ok(dockerd: RootlessDockerd, *args: str) -> str:
     done = dockerd.docker(*args)
-    assert done.returncode == 0, (done.stderr.decode(errors="replace"), dockerd.user.log_tail())
+    assert done.returncode == 0, (done.stderr.decode(errors="replace"),
+                                  dockerd.runtime.log_errors())
     return done.stdout.decode().strip()
 
 
@@ -45,7 +45,7 @@ def test_echo_exit_code_detach_and_stop(rootless_docker: RootlessDockerd) -> Non
               "trap 'echo got TERM; exit 0' TERM; while true; do sleep 0.1; done")
     # scrun keeps the container under the shim's --root, as the user it runs for.
     state = json.loads((rootless_docker.runtime_root / cid / "state.json").read_text())
-    backend = "local" if rootless_docker.user.slurm_conf is None else "slurm"
+    backend = "slurm" if rootless_docker.runtime.slurm_conf.exists() else "local"
     assert (state["owner"], state["backend"], state["status"]) == (USER, backend, "running")
     _ok(rootless_docker, "stop", "-t", "10", cid)
     assert _ok(rootless_docker, "inspect", "-f", "{{.State.ExitCode}}", cid) == "0"

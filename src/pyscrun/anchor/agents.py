@@ -37,12 +37,14 @@ class AgentLink:
 class Agents:
     def __init__(self) -> None:
         self.connected: list[AgentLink] = []
-        self.pending_kills: list[dict[str, Any]] = []
+        # What every agent is told, one still to come too, in the order it was given:
+        # kills, and the start of a step launched at create (a kill after the start
+        # must not reach a held agent before it).
+        self.given: list[dict[str, Any]] = []
         self.exit_statuses: list[int] = []
         self.running = 0  # agents that reported their container running
         self.tasks = 0  # how many the step has, as its agents say (0 until one has)
         self.running_asked = False
-        self.started = False  # the container's start was given (a step launched at create)
         self.lost = 0  # agents whose connection closed before they reported an exit
         self.last_error = ""
         self.round: CheckpointRound | None = None
@@ -52,12 +54,10 @@ class Agents:
         agent.task, agent.node, agent.deadline = task, node, None
         self.tasks = tasks
         self.connected.append(agent)
-        for order in self.pending_kills:
+        for order in self.given:
             agent.send(order)
         if self.running_asked:
             agent.send({"op": "report-running"})
-        if self.started:
-            agent.send({"op": "go"})
 
     def stdin_taker(self) -> AgentLink | None:
         """Task 0's agent, which reads the container's stdin, as with srun."""
@@ -81,17 +81,21 @@ class Agents:
     def kill(self, signum: int, every: bool = False) -> None:
         """Order every agent to signal its container's init (every: each of its
         processes, as `kill --all`); agents yet to come get it too."""
-        order = {"op": "kill", "signal": signum, "all": every}
-        self.pending_kills.append(order)
-        for agent in list(self.connected):
-            agent.send(order)
+        self._give({"op": "kill", "signal": signum, "all": every})
 
     def start(self) -> None:
         """The container starts: every agent of a step launched at create, and every
         one still to come, runs it."""
-        self.started = True
+        self._give({"op": "go"})
+
+    def _give(self, order: dict[str, Any]) -> None:
+        self.given.append(order)
         for agent in list(self.connected):
-            agent.send({"op": "go"})
+            agent.send(order)
+
+    def killed(self) -> bool:
+        """Whether a kill was ordered."""
+        return any(order["op"] == "kill" for order in self.given)
 
     def ask_running(self) -> None:
         """Every agent, and every one still to come, reports once its container runs."""

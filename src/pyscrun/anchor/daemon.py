@@ -280,7 +280,7 @@ class Anchor(Launch):
         container's status."""
         if self.step_status is None or self.exit_status is not None:
             return
-        if self.state.status == CREATED and not self.agents.pending_kills:
+        if self.state.status == CREATED and not self.agents.killed():
             # Launched at create, the step ended by itself before the start (an agent's
             # error, its node lost): the container ends when it is started, as then.
             self.drain_deadline = None

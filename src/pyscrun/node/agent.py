@@ -259,9 +259,7 @@ class Agent(AgentOrders):
         anchor's go), serving orders and signals meanwhile: the status of a container
         ended before it started (killed, or its anchor gone), else None."""
         while self.held:
-            # SIGCONT (Slurm's, before its SIGTERM, or on resuming a suspended job)
-            # would not end a process that ran: nothing to end here either.
-            ending = [signum for signum, _ in self.pending_signals if signum != signal.SIGCONT]
+            ending = self._ending_signals()
             if ending:
                 return 128 + ending[0]
             self.pending_signals.clear()
@@ -269,6 +267,18 @@ class Agent(AgentOrders):
                 self._dispatch(key, events)
             self._rearm()
         return None
+
+    def _go(self) -> None:
+        """The anchor's go: the container starts, unless a signal that ends it came
+        first (then the go, in the same read, is too late)."""
+        if not self._ending_signals():
+            self.held = False
+
+    def _ending_signals(self) -> list[int]:
+        """The signals waiting that would end the container. SIGCONT (Slurm's, before
+        its SIGTERM, or on resuming a suspended job) would not end a process that ran:
+        nothing to end before the start either."""
+        return [signum for signum, _ in self.pending_signals if signum != signal.SIGCONT]
 
     def _start_guard(self, task: Task) -> Callable[[RuntimeCommands], None]:
         def start(commands: RuntimeCommands) -> None:

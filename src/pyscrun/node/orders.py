@@ -35,7 +35,6 @@ class AgentOrders:
     task_dir: Path | None
     commands: RuntimeCommands | None
     running_wanted: bool
-    held: bool
     paused: bool
     derived_commands: Callable[[str], dict[str, str]]
 
@@ -46,6 +45,9 @@ class AgentOrders:
         raise NotImplementedError
 
     def _container_init(self) -> int:
+        raise NotImplementedError
+
+    def _go(self) -> None:
         raise NotImplementedError
 
     def _handle(self, received: list[tuple[int, bytes]]) -> None:
@@ -64,7 +66,7 @@ class AgentOrders:
                 elif op == "checkpoint":
                     self._checkpoint(message)
                 elif op == "go":
-                    self.held = False
+                    self._go()
                 elif op == "report-running":
                     self.running_wanted = True
                 elif op == "ps":
