@@ -1,0 +1,158 @@
+"""How the node agent brings its container up: `run` or `restore` in the foreground
+(the runtime's process is the container's, waited for to its end), or `create` then
+`start` (the created init, adopted by the agent as subreaper, is waited for), and how
+the runtime's own end is told from the container's.
+
+A base of the agent (node/agent.py), which holds the state it works on.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+from pyscrun import jsonc
+from pyscrun.errors import RuntimeCommandError
+from pyscrun.node import criu, images, processes
+from pyscrun.node.guard import Guard
+from pyscrun.node.orders import AgentOrders
+from pyscrun.node.runtime import RuntimeCommands, stop_and_delete
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+# How long create/start mode waits for the runtime to report the container created.
+CREATE_TIMEOUT = 60.0
+
+
+class ContainerModes(AgentOrders):
+    # What the agent holds (node/agent.py), beside what AgentOrders uses.
+    env: dict[str, str]
+    process: subprocess.Popen[bytes] | None
+    runtime_pid: int
+    created_init: tuple[int, str] | None
+    ended_by_itself: bool
+    running_reported: bool
+    preserve_fds: int
+    guard: Guard | None
+
+    def wait_for(self, pid: int) -> int:
+        raise NotImplementedError
+
+    def _set_pid(self, pid: int, runtime: bool = False) -> None:
+        raise NotImplementedError
+
+    def _wait_runtime(self) -> int:
+        """Wait for the runtime's process; its exit status.
+
+        The step's SIGTERM reaches every process of the step, the `/bin/sh -c` that runs
+        the runtime included. The runtime then lives on, adopted by this agent (a child
+        subreaper), and still decides how the container ends: it is waited for in turn,
+        and the container is made sure of afterwards (stop_and_delete), as the shell's
+        end was not the runtime's. A runtime killed itself before the container ran
+        leaves only its own half-made init behind, whose end says nothing of a container:
+        the runtime's status stands.
+        """
+        status = self.wait_for(self.runtime_pid)
+        if self.ended_by_itself:
+            return status
+        adopted = processes.children()
+        if not adopted:
+            return status
+        ran = bool(self._container_init())
+        # The oldest is the runtime; any other is a helper command (RunTimeQuery, say)
+        # whose shell the same signal killed. They are waited for too, not heard.
+        self.runtime_pid = adopted[0]
+        if self.guard is not None:
+            self.guard.tell_runtime(self.runtime_pid)
+        after = self.wait_for(self.runtime_pid)
+        while helpers := processes.children():
+            self.wait_for(helpers[0])
+        self.ended_by_itself = False
+        return after if ran else status
+
+    def _spawn(self, commands: RuntimeCommands, directive: str,
+               args: list[str] | None = None) -> subprocess.Popen[bytes]:
+        """Start the runtime command that brings the container up, with the streamed
+        stdio when there is one (else this process's own)."""
+        stdio = (self.stdio.child_ends(commands.copies_output(directive))
+                 if self.stdio is not None else None)
+        preserve = self.preserve_fds if directive in ("RunTimeRun", "RunTimeCreate") else 0
+        process = commands.spawn(directive, args, stdio, preserve)
+        if self.stdio is not None:
+            self.stdio.spawned()
+        return process
+
+    def run_mode(self, commands: RuntimeCommands) -> int:
+        self.process = self._spawn(commands, "RunTimeRun")
+        self.runtime_pid = self.process.pid
+        self._set_pid(self.process.pid, runtime=True)
+        return self._wait_runtime()
+
+    def restore_mode(self, commands: RuntimeCommands, order: dict[str, Any]) -> int:
+        """Restore the task's container from its images, in the foreground like run."""
+        if not criu.images_here(order):
+            assert self.task_dir is not None
+            order = images.fetch(self.control, order, self.ident.task_id, self.task_dir,
+                                 self._handle)
+        commands = self._for(order)
+        commands.require("RunTimeRestore")
+        self.process = self._spawn(commands, "RunTimeRestore",
+                                   criu.restore_args(order, self.ident.task_id))
+        self.runtime_pid = self.process.pid
+        self._set_pid(self.process.pid, runtime=True)
+        # create (and so podman) waits until every task runs again, or failed to.
+        while self.process.poll() is None:
+            pid = commands.running_pid()
+            if pid:
+                self.running_reported = True
+                self._send({"event": "running", "pid": pid})
+                break
+            time.sleep(0.02)
+        else:
+            raise RuntimeCommandError(f"RunTimeRestore exited {self.process.returncode}")
+        return self._wait_runtime()
+
+    def create_start_mode(self, commands: RuntimeCommands) -> int:
+        # The runtime's create forks the container and exits: as subreaper this agent
+        # inherits the container process and so learns its exit status.
+        created = self._spawn(commands, "RunTimeCreate")
+        if self.guard is not None:
+            self.guard.tell_runtime(created.pid)
+        if created.wait() != 0:
+            raise RuntimeCommandError(f"RunTimeCreate exited {created.returncode}")
+        deadline = time.monotonic() + CREATE_TIMEOUT
+        while True:
+            document = commands.query() or {}
+            if document.get("status") == "created":
+                break
+            if time.monotonic() > deadline:
+                raise RuntimeCommandError("the runtime did not report the container created")
+            time.sleep(0.02)
+        pid = int(document.get("pid", 0))
+        self.created_init = (pid, processes.program(pid))
+        self._set_pid(pid)
+        code, _ = commands.run("RunTimeStart")
+        if code != 0:
+            raise RuntimeCommandError(f"RunTimeStart exited {code}")
+        return self.wait_for(pid)
+
+    def _run_container(self, commands: RuntimeCommands) -> int:
+        """Bring the container up in the way the configuration says; its exit status."""
+        restore = self.env.get("PYSCRUN_AGENT_RESTORE")
+        foreground = bool(restore) or self.conf.run_mode
+        status: int | None = None
+        try:
+            if restore:
+                status = self.restore_mode(commands, jsonc.loads(restore))
+            elif self.conf.run_mode:
+                status = self.run_mode(commands)
+            else:
+                status = self.create_start_mode(commands)
+        finally:
+            # A foreground run or restore that ended by itself has removed its
+            # container; anything else may have left one to kill and delete.
+            if not (foreground and status is not None and self.ended_by_itself):
+                stop_and_delete(commands)
+        return status
