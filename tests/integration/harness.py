@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,8 +66,13 @@ class Runtime:
         return self.conf_dir / "slurm.conf"
 
     @property
+    def base(self) -> Path:
+        """The test's directory (the account's): the wrapper, the log, what the test makes."""
+        return self.wrapper.parent
+
+    @property
     def log(self) -> Path:
-        return self.wrapper.parent / "scrun.log"
+        return self.base / "scrun.log"
 
     def write_conf(self, name: str, text: str) -> None:
         """A configuration file for this scrun, and for every node of the cluster its
@@ -158,20 +163,28 @@ def podman_command_line(runtime: Runtime, *args: str) -> str:
     return runtime.account.command_line(["podman", "--runtime", str(runtime.wrapper), *args])
 
 
-def processes_mentioning(text: str) -> list[str]:
-    """Command lines of live processes that mention text (zombies excluded)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+def live_processes(machine: int = 0) -> Iterator[tuple[str, int, str, str]]:
+    """(pid, uid, name, command line) of each live process on machine (zombies
+    excluded); the name is the kernel's (comm), which a process may set apart from its
+    command line."""
+    for entry in machine_path(machine, "/proc").iterdir():
+        if not entry.name.isdigit():
             continue
         try:
+            uid = entry.stat().st_uid
+            stat = (entry / "stat").read_text()
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if text in cmdline and state not in ("Z", "X"):
-            found.append(f"{entry.name}: {cmdline.strip()}")
-    return found
+        name, _, rest = stat.partition("(")[2].rpartition(")")
+        if rest.split()[0] not in ("Z", "X"):
+            yield entry.name, uid, name, cmdline
+
+
+def processes_mentioning(text: str) -> list[str]:
+    """Command lines of live processes that mention text (this one aside)."""
+    return [f"{pid}: {cmdline.strip()}" for pid, _, _, cmdline in live_processes()
+            if text in cmdline and int(pid) != os.getpid()]
 
 
 def machines(slurm_conf: Path | None) -> list[int]:
@@ -337,23 +350,9 @@ class LeakCheck(Leftovers):
 def _processes_of(uid: int, machine: int) -> set[str]:
     """uid's live processes on machine, as `machine:pid: command line`, rootless
     podman's own pause process aside."""
-    found = set()
-    for entry in machine_path(machine, "/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if entry.stat().st_uid != uid:
-                continue
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if stat.rsplit(")", 1)[1].split()[0] in ("Z", "X") or "catatonit" in cmdline:
-            continue
-        if cmdline.startswith("podman") and "pause" in cmdline:
-            continue
-        found.add(f"{machine}:{entry.name}: {cmdline.strip()}")
-    return found
+    return {f"{machine}:{pid}: {cmdline.strip()}"
+            for pid, owner, name, cmdline in live_processes(machine)
+            if owner == uid and "catatonit" not in cmdline and name != "podman pause"}
 
 
 def wait_for(predicate: object, timeout: float, what: str) -> None:

@@ -36,7 +36,7 @@ class RootlessDockerd:
         if not ROOTFS_TAR.is_file():
             pytest.fail(f"{ROOTFS_TAR} is missing: run `make setup` (scripts/docker-setup.sh)")
         self.runtime = runtime
-        self.home = runtime.wrapper.parent / "docker"
+        self.home = runtime.base / "docker"
         self.socket = self.home / "docker.sock"
         self.exec_root = self.home / "exec"
         # Where containerd's shim tells the runtime to keep its state (its --root).

@@ -25,7 +25,7 @@ def staged(cluster: Cluster, tmp_path: Path) -> Iterator[tuple[Runtime, Path]]:
     beside oci.conf) gets the test's scrun.lua, and a directory of the user's; nothing
     of the test may be left afterwards, job included."""
     with runtime_on("slurm", "run", cluster, tmp_path, account(USER), NODES) as runtime:
-        yield runtime, runtime.wrapper.parent
+        yield runtime, runtime.base
 
 
 def _podman_ok(runtime: Runtime, *args: str) -> str:

@@ -67,17 +67,6 @@ def any_user(request: pytest.FixtureRequest, cluster: Cluster, tmp_path: Path,
     yield from _users(backend, mode, cluster, tmp_path)
 
 
-def _base(runtime: Runtime) -> Path:
-    """The test's directory of the user's."""
-    return runtime.wrapper.parent
-
-
-def _scrun(runtime: Runtime, *args: str, env: dict[str, str] | None = None,
-           ) -> subprocess.CompletedProcess[bytes]:
-    """scrun as the user, with the runtime's configuration."""
-    return runtime.account.run([str(runtime.wrapper), *args], env=env)
-
-
 def test_the_container_runs_as_the_users_own_job_on_a_node(slurm_user: Runtime) -> None:
     cid = podman_ok(slurm_user, "run", "-d", "--uts=host", IMAGE, "sh", "-c",
                                "hostname; id -u; echo $SLURM_JOB_ID; sleep 60")
@@ -98,7 +87,7 @@ def test_the_container_runs_as_the_users_own_job_on_a_node(slurm_user: Runtime) 
 
 
 def test_files_the_container_writes_belong_to_the_user(slurm_user: Runtime) -> None:
-    out = _base(slurm_user) / "out"
+    out = slurm_user.base / "out"
     out.mkdir()
     os.chown(out, slurm_user.account.uid, slurm_user.account.gid)
     podman_ok(slurm_user, "run", "--rm", "-v", f"{out}:/out", IMAGE, "touch", "/out/made")
@@ -129,7 +118,7 @@ def test_exec_with_a_terminal_and_top(any_user: Runtime) -> None:
     try:
         command = shlex.join(any_user.account.command(
             ["podman", "--runtime", str(any_user.wrapper), "exec", "-it", cid, "sh"]))
-        at_a_terminal(command, _base(any_user) / "result", status=3, resize=False)
+        at_a_terminal(command, any_user.base / "result", status=3, resize=False)
         listed = podman_ok(any_user, "top", cid, "-ef")
         version = podman_ok(any_user, "version", "--format", "{{.Client.Version}}")
         if int(version.split(".")[0]) < 5:
@@ -158,9 +147,9 @@ def test_a_container_in_the_users_own_allocation(slurm_user: Runtime) -> None:
 def test_checkpoint_of_an_ordinary_users_container_says_why_not(local_user: Runtime) -> None:
     cid = podman_ok(local_user, "run", "-d", IMAGE, "sleep", "60")
     try:
-        done = _scrun(local_user, "checkpoint", "--image-path",
-                              str(_base(local_user) / "images"), cid)
-        said = done.stderr.decode().strip()
+        done = local_user.scrun("checkpoint", "--image-path",
+                                str(local_user.base / "images"), cid)
+        said = done.stderr.strip()
         assert done.returncode != 0
         assert len(said.splitlines()) == 1 and "ordinary user" in said, said
         assert podman_ok(local_user, "inspect", "-f", "{{.State.Status}}", cid) == "running"
@@ -170,18 +159,18 @@ def test_checkpoint_of_an_ordinary_users_container_says_why_not(local_user: Runt
 
 def test_another_user_can_neither_see_nor_touch_the_containers(any_user: Runtime) -> None:
     cid = podman_ok(any_user, "run", "-d", IMAGE, "sleep", "60")
-    other_base = _base(any_user) / "other"
+    other_base = any_user.base / "other"
     other_base.mkdir()
     other = make_runtime(other_base, None, account=account(OTHER_USER), default_root=True)
     if any_user.slurm_conf.exists():
         other.slurm_conf.symlink_to(any_user.slurm_conf.resolve())
     try:
         root = any_user.account.runtime_dir / "pyscrun"
-        state = json.loads(_scrun(any_user, "state", cid).stdout)
+        state = json.loads(any_user.scrun("state", cid).stdout)
         assert state["status"] == "running"
         for verb in (["list"], ["state", cid], ["kill", cid, "KILL"], ["delete", "--force", cid]):
-            done = _scrun(other, "--root", str(root), *verb)
-            said = done.stderr.decode().strip()
+            done = other.scrun("--root", str(root), *verb)
+            said = done.stderr.strip()
             assert done.returncode != 0, (verb, done.stdout)
             assert len(said.splitlines()) == 1, said
         # The control socket refuses a stranger even when it is reached by path.
@@ -217,8 +206,8 @@ def test_a_user_without_subordinate_ids_is_told_what_to_fix(slurm_user: Runtime,
 def test_an_unusable_runtime_dir_is_one_line_naming_the_fix(local_user: Runtime) -> None:
     """XDG_RUNTIME_DIR that is not the user's alone (here /tmp) is refused before
     anything is made."""
-    done = _scrun(local_user, "list", env={"XDG_RUNTIME_DIR": "/tmp"})
-    said = done.stderr.decode().strip()
+    done = local_user.scrun("list", env={"XDG_RUNTIME_DIR": "/tmp"})
+    said = done.stderr.strip()
     assert done.returncode != 0
     assert len(said.splitlines()) == 1 and "XDG_RUNTIME_DIR=/tmp" in said, said
     assert "mode 0700" in said
@@ -238,7 +227,7 @@ def socketless_dir(local_user: Runtime, tmp_path: Path) -> Iterator[Path]:
     subprocess.run(["mkfs.exfat", str(image)], check=True, capture_output=True)
     device = subprocess.run(["losetup", "--find", "--show", str(image)], check=True,
                             capture_output=True, text=True).stdout.strip()
-    mountpoint = _base(local_user) / "exfat"
+    mountpoint = local_user.base / "exfat"
     mountpoint.mkdir()
     try:
         subprocess.run(["mount.exfat-fuse", "-o",
@@ -256,10 +245,10 @@ def test_a_runtime_dir_that_cannot_hold_sockets_is_one_line_naming_the_fix(
         local_user: Runtime, socketless_dir: Path) -> None:
     """create fails in one line that names the directory and the fix, and leaves no
     spool dir, anchor or container behind."""
-    bundle = make_bundle(_base(local_user), ["true"])
-    done = _scrun(local_user, "create", "--bundle", str(bundle), "c1",
-                          env={"XDG_RUNTIME_DIR": str(socketless_dir)})
-    said = done.stderr.decode().strip()
+    bundle = make_bundle(local_user.base, ["true"])
+    done = local_user.scrun("create", "--bundle", str(bundle), "c1",
+                            env={"XDG_RUNTIME_DIR": str(socketless_dir)})
+    said = done.stderr.strip()
     assert done.returncode != 0
     assert len(said.splitlines()) == 1, said
     assert f"cannot make a socket in {socketless_dir}/pyscrun/c1" in said, said
@@ -273,7 +262,7 @@ def test_man_page_rsync_example_for_an_ordinary_user(slurm_user: Runtime) -> Non
     (the runtime then makes that namespace itself, as under Slurm's scrun)."""
     from tests.unit.test_lua_example import with_scratch_path
 
-    scratch = _base(slurm_user) / "scratch"
+    scratch = slurm_user.base / "scratch"
     (slurm_user.conf_dir / "scrun.lua").write_text(with_scratch_path(scratch))
     said = podman_ok(slurm_user, "run", "--rm", "--uts=host", IMAGE, "sh", "-c",
                                 "echo staged on $(hostname) as $(id -u); "

@@ -105,7 +105,7 @@ def test_many_sequential_runs_never_hang(users_local_runtime: Runtime) -> None:
 def _run_with_fd3(runtime: Runtime, command: str) -> tuple[subprocess.CompletedProcess[bytes], Path]:
     """podman run --preserve-fds 1 with fd 3 open on a file of the user's, as systemd's
     socket activation hands descriptors on; that file."""
-    fd3 = runtime.wrapper.parent / "fd3"
+    fd3 = runtime.base / "fd3"
     done = runtime.account.run(
         ["sh", "-c", f'exec 3>"{fd3}"; exec podman --runtime {runtime.wrapper} run --rm '
                      f'--preserve-fds 1 {IMAGE} sh -c "{command}"'])

@@ -79,7 +79,7 @@ def test_invalid_option_value_fails_create(users_slurm_runtime: Runtime) -> None
 
 def test_job_environment_carries_the_output_variables(users_slurm_runtime: Runtime) -> None:
     runtime = users_slurm_runtime
-    seen = runtime.wrapper.parent / "agent-env"
+    seen = runtime.base / "agent-env"
     oci_conf = (
         f'RunTimeQuery="runc state %n.%u.%j.%s.%t"\n'
         f'RunTimeKill="runc kill -a %n.%u.%j.%s.%t"\n'

@@ -102,8 +102,8 @@ def test_podman_cp_reaches_the_container_and_never_the_host(runtime: Runtime) ->
                          f"tr a-z A-Z < /tmp/{copied_in} > /tmp/{answer}.part && "
                          f"mv /tmp/{answer}.part /tmp/{answer}; sleep 1000")
     # Files of the account's own, on the cluster file system (the test's directory).
-    source = runtime.wrapper.parent / copied_in
-    target = runtime.wrapper.parent / answer
+    source = runtime.base / copied_in
+    target = runtime.base / answer
     try:
         source.write_text("from the caller\n")
         os.chown(source, runtime.account.uid, runtime.account.gid)
@@ -117,7 +117,7 @@ def test_podman_cp_reaches_the_container_and_never_the_host(runtime: Runtime) ->
         wait_for(answered, 60, "the container to answer the file copied in")
         assert target.read_text() == "FROM THE CALLER\n"
         # The host's own /tmp is not the container's.
-        leak = runtime.wrapper.parent / f"leak-{tag}"
+        leak = runtime.base / f"leak-{tag}"
         read = podman(runtime, "cp", f"{name}:{planted}", str(leak))
         assert read.returncode != 0
         assert not leak.exists()

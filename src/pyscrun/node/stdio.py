@@ -108,8 +108,11 @@ class ContainerStdio:
     def finish(self, timeout: float) -> None:
         """The container has ended: send what is left of its output, up to the end of
         each stream (or until timeout, should something of it still hold a pipe)."""
-        if self.outputs:  # the runtime was never started
-            self.child_ends(runtime_copies=True)
+        if self.outputs:  # the runtime never started: nothing writes the streams
+            for sock in self.outputs:
+                sock.close()
+            self.outputs = []
+            os.close(self.stdin_r)
         self.spawned()
         if self.stdin_w >= 0:
             if self.selector is not None:
