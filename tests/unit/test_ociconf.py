@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from pathlib import Path
@@ -88,11 +89,31 @@ def test_error_names_file_and_line() -> None:
 ])
 def test_which_runtimes_copy_the_output_themselves(directive: str, command: str,
                                                    copies: bool) -> None:
-    """Only a runtime known to put pipes of its own before the container is given the
-    stream's sockets (any other container would see a socket as its stdout)."""
+    """Only a runtime known to put pipes of its own before the container is run
+    detached or given the stream's sockets (any other container would see a socket as
+    its stdout)."""
     from pyscrun.node.runtime import RuntimeCommands
 
     commands = RuntimeCommands(ociconf.parse(EXAMPLE, "oci.conf"), patterns.PatternValues(),
                                cwd=Path("/"), environ={},
                                more={directive: command})
     assert commands.copies_output(directive) is copies
+
+
+def test_a_foreground_run_is_run_detached_when_asked() -> None:
+    """`--detach` goes after the command, as `--preserve-fds N` does."""
+    import subprocess
+
+    from pyscrun.node.runtime import RuntimeCommands
+
+    commands = RuntimeCommands(ociconf.parse(EXAMPLE, "oci.conf"),
+                               patterns.PatternValues(node_name="n1"), cwd=Path("/"),
+                               environ={"PATH": "/usr/bin:/bin"},
+                               more={"RunTimeRun": "echo runc run %n"})
+    read, write = os.pipe()
+    process = commands.spawn("RunTimeRun", stdio=(subprocess.DEVNULL, write, write),
+                             detach=True)
+    os.close(write)
+    assert process.wait() == 0
+    assert os.read(read, 4096) == b"runc run n1 --detach\n"
+    os.close(read)

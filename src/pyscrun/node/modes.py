@@ -1,7 +1,7 @@
 """How the node agent brings its container up: `run` or `restore` in the foreground
-(the runtime's process is the container's, waited for to its end), or `create` then
-`start` (the created init, adopted by the agent as subreaper, is waited for), and how
-the runtime's own end is told from the container's.
+(the runtime's process is the container's, waited for to its end); `run` detached or
+`create` then `start` (the container's init, adopted by the agent as subreaper, is
+waited for); and how the runtime's own end is told from the container's.
 
 A base of the agent (node/agent.py), which holds the state it works on.
 """
@@ -16,7 +16,7 @@ from pyscrun.errors import RuntimeCommandError
 from pyscrun.node import criu, images, processes
 from pyscrun.node.guard import Guard
 from pyscrun.node.orders import AgentOrders
-from pyscrun.node.runtime import RuntimeCommands, stop_and_delete
+from pyscrun.node.runtime import RuntimeCommands, delete_ended, stop_and_delete
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -73,13 +73,14 @@ class ContainerModes(AgentOrders):
         return after if ran else status
 
     def _spawn(self, commands: RuntimeCommands, directive: str,
-               args: list[str] | None = None) -> subprocess.Popen[bytes]:
+               args: list[str] | None = None, detach: bool = False,
+               ) -> subprocess.Popen[bytes]:
         """Start the runtime command that brings the container up, with the streamed
         stdio when there is one (else this process's own)."""
-        stdio = (self.stdio.child_ends(commands.copies_output(directive))
+        stdio = (self.stdio.child_ends(not detach and commands.copies_output(directive))
                  if self.stdio is not None else None)
         preserve = self.preserve_fds if directive in ("RunTimeRun", "RunTimeCreate") else 0
-        process = commands.spawn(directive, args, stdio, preserve)
+        process = commands.spawn(directive, args, stdio, preserve, detach)
         if self.stdio is not None:
             self.stdio.spawned()
         return process
@@ -89,6 +90,25 @@ class ContainerModes(AgentOrders):
         self.runtime_pid = self.process.pid
         self._set_pid(self.process.pid, runtime=True)
         return self._wait_runtime()
+
+    def detached_run_mode(self, commands: RuntimeCommands) -> int:
+        """Run mode for a runtime that in the foreground would copy the container's
+        output through pipes of its own (runc): run detached instead, the container
+        inheriting the agent's pipes, which are spliced into the streams in chunks as
+        large as the pipe holds rather than the runtime's every small write. The
+        runtime ends once the container runs; its init, adopted by this agent as
+        subreaper, is waited for."""
+        run = self._spawn(commands, "RunTimeRun", detach=True)
+        if self.guard is not None:
+            self.guard.tell_runtime(run.pid)
+        if run.wait() != 0:
+            raise RuntimeCommandError(f"RunTimeRun exited {run.returncode}")
+        adopted = processes.children()
+        if not adopted:
+            raise RuntimeCommandError("RunTimeRun --detach left no container process")
+        self.container_pid = adopted[0]
+        self._set_pid(self.container_pid)
+        return self.wait_for(self.container_pid)
 
     def restore_mode(self, commands: RuntimeCommands, order: dict[str, Any]) -> int:
         """Restore the task's container from its images, in the foreground like run."""
@@ -141,18 +161,27 @@ class ContainerModes(AgentOrders):
     def _run_container(self, commands: RuntimeCommands) -> int:
         """Bring the container up in the way the configuration says; its exit status."""
         restore = self.env.get("PYSCRUN_AGENT_RESTORE")
-        foreground = bool(restore) or self.conf.run_mode
+        detached = (not restore and self.conf.run_mode and self.stdio is not None
+                    and commands.copies_output("RunTimeRun"))
+        # Whether the mode waits for the container's init rather than the runtime.
+        waits_for_init = not restore and (detached or not self.conf.run_mode)
         status: int | None = None
         try:
             if restore:
                 status = self.restore_mode(commands, jsonc.loads(restore))
+            elif detached:
+                status = self.detached_run_mode(commands)
             elif self.conf.run_mode:
                 status = self.run_mode(commands)
             else:
                 status = self.create_start_mode(commands)
         finally:
-            # A foreground run or restore that ended by itself has removed its
-            # container; anything else may have left one to kill and delete.
-            if not (foreground and status is not None and self.ended_by_itself):
+            if status is None:
+                stop_and_delete(commands)
+            elif waits_for_init:
+                delete_ended(commands)
+            elif not self.ended_by_itself:
+                # A foreground run or restore that ended by itself has removed its
+                # container; one killed may have left it to kill and delete.
                 stop_and_delete(commands)
         return status

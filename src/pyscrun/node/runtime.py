@@ -19,8 +19,9 @@ if TYPE_CHECKING:
 
 # Runtimes that, run in the foreground, put pipes of their own between the container's
 # stdio and their own and copy the output through them (runc's `run` and `restore`
-# without --detach): given sockets, they write them, and the container still sees pipes.
-# The verbs of each that run in the foreground.
+# without --detach): their run is better run detached (the container writes the
+# agent's pipes), their restore given the sockets themselves (the container still sees
+# pipes). The verbs of each that run in the foreground.
 _COPYING_RUNTIMES = {"runc": ("run", "restore")}
 _DETACHING = ("-d", "--detach")
 
@@ -64,13 +65,16 @@ class RuntimeCommands:
 
     def spawn(self, directive: str, args: list[str] | None = None,
               stdio: tuple[int, int, int] | None = None, preserve_fds: int = 0,
-              ) -> subprocess.Popen[bytes]:
+              detach: bool = False) -> subprocess.Popen[bytes]:
         """Start the container's own run or create, with stdio (stdin, stdout, stderr)
         or this process's own, and this process's fds 3.. (preserve_fds of them) given
-        on to the container as runc takes them (`--preserve-fds N` after the command)."""
+        on to the container as runc takes them (`--preserve-fds N` after the command);
+        detach: a foreground verb run detached (`--detach` after the command)."""
         command = self.command(directive, args)
         if preserve_fds:
             command += f" --preserve-fds {preserve_fds}"
+        if detach:
+            command += f" {_DETACHING[-1]}"
         log.current.debug(f"{directive}: {command}")
         stdin, stdout, stderr = stdio if stdio is not None else (None, None, None)
         return subprocess.Popen(["/bin/sh", "-c", command], cwd=self.cwd, env=self.env,
@@ -142,6 +146,14 @@ class RuntimeCommands:
             if isinstance(pid, int) and pid > 0:
                 return pid
         return 0
+
+
+def delete_ended(commands: RuntimeCommands) -> None:
+    """Delete a container whose init has ended: the runtime removes what is left of it
+    (the rest of its processes included). One it still finds running is killed first."""
+    code, _ = commands.run("RunTimeDelete")
+    if code != 0:
+        stop_and_delete(commands)
 
 
 def stop_and_delete(commands: RuntimeCommands) -> None:

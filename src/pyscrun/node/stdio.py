@@ -1,13 +1,14 @@
 """The container's stdio as streams to the anchor, for a container on another machine.
 
 Each of the container's output streams has a connection of its own to the anchor
-(channel/streams.py). A runtime that copies the container's output itself (`runc run`
-and `runc restore` in the foreground put pipes of their own between the container and
-their own stdio) is given the connections themselves as its stdout and stderr: nothing
-of this process stands between. Any other (`runc create`, whose container inherits the
-runtime's stdio) is given pipes, as the container must see pipes (a socket cannot be
-opened as /dev/stdout): a thread per stream splices each into its connection and does
-nothing else, so the agent's own loop is not woken for every write of the container.
+(channel/streams.py). A runtime that copies the container's output itself in the
+foreground (`runc restore` puts pipes of its own between the container and its own
+stdio) is given the connections themselves as its stdout and stderr: nothing of this
+process stands between. Any other (`runc create`, `runc run --detach`, whose container
+inherits the runtime's stdio) is given pipes, as the container must see pipes (a socket
+cannot be opened as /dev/stdout): a thread per stream splices each into its connection
+and does nothing else, so the agent's own loop is not woken for every write of the
+container.
 Task 0's stdin comes the other way as frames on the control connection. When the anchor
 cannot keep up, a stream's socket fills, the runtime or the pump waits and so does the
 container, as it would for a slow reader of its own stdout: nothing is dropped and
