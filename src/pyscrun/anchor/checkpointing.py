@@ -8,14 +8,14 @@ leaves every task running and no images behind.
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import time
 
+from pyscrun import jsonc
 from pyscrun.anchor.store import write_atomic
 from pyscrun.anchor.task_orders import Answers
 from pyscrun.channel.files import TreeReceiver
+from pyscrun.fs import remove_tree
 from pyscrun.node.criu import MANIFEST, PROBE, task_image_dir, task_work_dir
 
 # typing costs milliseconds at every start of the CLI: for type checkers only.
@@ -28,10 +28,8 @@ def place_probe(image_path: str) -> str:
     """A file of a random name in the image path: a node that sees it shares the
     directory (the cluster file system) and writes or reads the images there itself;
     one that does not gets them over the channel."""
-    import secrets
-
     os.makedirs(image_path, exist_ok=True)
-    probe = os.path.join(image_path, f".pyscrun-probe-{secrets.token_hex(8)}")
+    probe = os.path.join(image_path, f".pyscrun-probe-{os.urandom(8).hex()}")
     with open(probe, "x"):
         pass
     return probe
@@ -72,13 +70,13 @@ class CheckpointRound(Answers):
         for task_id in self.tasks.values():
             task_dir = task_image_dir(image_path, task_id)
             if task_dir != image_path:
-                shutil.rmtree(task_dir, ignore_errors=True)
+                remove_tree(task_dir)
         # The top directory is the caller's; only what was dumped into it goes.
         for name in os.listdir(image_path) if os.path.isdir(image_path) else ():
             path = os.path.join(image_path, name)
             if name.endswith(".img") or name in (MANIFEST, "descriptors.json"):
                 if os.path.isdir(path):
-                    shutil.rmtree(path, ignore_errors=True)
+                    remove_tree(path)
                 else:
                     os.unlink(path)
 
@@ -91,4 +89,4 @@ class CheckpointRound(Answers):
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         write_atomic(os.path.join(str(self.order["image_path"]), MANIFEST),
-                     json.dumps(manifest).encode(), 0o644)
+                     jsonc.dumps(manifest).encode(), 0o644)

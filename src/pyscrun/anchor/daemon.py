@@ -170,8 +170,10 @@ class Anchor(Launch):
             os._exit(1)
         self.ready_fd = ready_fd
         if self.request.restore is None:
-            self._report_ready(None)
+            # The step first: srun's launch and the agents' start overlap the rest of
+            # podman's work from here on.
             self._launch_early()
+            self._report_ready(None)
             if self.backend.name == "local":
                 # The agent runs in a fork of this process: load it while podman is
                 # busy starting `scrun start`, not after.

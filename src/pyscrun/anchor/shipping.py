@@ -24,14 +24,13 @@ Where the node sees the bundle (the cluster file system) nothing moves.
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 
 from pyscrun import log
 from pyscrun.anchor.agents import AgentLink
 from pyscrun.channel import files
 from pyscrun.errors import ScrunError
+from pyscrun.fs import remove_tree
 
 ROOTFS_ARCHIVE = "rootfs.tar"
 MOUNTS = "mounts"
@@ -75,13 +74,17 @@ class Shipment:
         except (ScrunError, OSError) as err:
             log.current.error(f"the container's changes to its rootfs did not come back: {err}")
         finally:
-            shutil.rmtree(self.back, ignore_errors=True)
+            remove_tree(self.back)
 
     def remove(self) -> None:
-        shutil.rmtree(self.dir, ignore_errors=True)
+        remove_tree(self.dir)
 
     def _build(self) -> None:
-        shutil.rmtree(self.dir, ignore_errors=True)
+        # Only for a bundle no node sees: not worth their import on every create.
+        import json
+        import shutil
+
+        remove_tree(self.dir)
         os.makedirs(os.path.join(self.dir, MOUNTS), mode=0o700)
         with open(os.path.join(self.bundle, "config.json"), "rb") as source:
             config = json.load(source)

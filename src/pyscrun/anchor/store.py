@@ -6,6 +6,7 @@ import os
 
 from pyscrun import jsonc
 from pyscrun.errors import ContainerExists, ContainerNotFound, ScrunError, UsageError
+from pyscrun.fs import remove_tree
 from pyscrun.oci.state import ContainerState
 
 MAX_ID_LENGTH = 1024
@@ -136,30 +137,4 @@ class Store:
         return found
 
     def remove(self, container_id: str) -> None:
-        _remove_tree(self.spool_dir(container_id))
-
-
-def _remove_tree(path: str, dir_fd: int | None = None) -> None:
-    """path and all below it, errors ignored: shutil.rmtree without the milliseconds
-    importing shutil costs every delete. No symlink is followed, path itself included
-    (a link planted where a spool dir belongs must not take its target with it)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
-    except OSError:
-        return  # gone, or not a directory of ours to empty
-    try:
-        with os.scandir(fd) as entries:
-            for entry in list(entries):
-                if entry.is_dir(follow_symlinks=False):
-                    _remove_tree(entry.name, fd)
-                    continue
-                try:
-                    os.unlink(entry.name, dir_fd=fd)
-                except OSError:
-                    continue
-    finally:
-        os.close(fd)
-    try:
-        os.rmdir(path, dir_fd=dir_fd)
-    except OSError:
-        pass
+        remove_tree(self.spool_dir(container_id))

@@ -7,7 +7,6 @@ output is parsed here alone.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from pyscrun.backends.salloc import HeldAllocation
 from pyscrun.conf import scrun_env
 from pyscrun.conf.site import Site
 from pyscrun.errors import BackendError
+from pyscrun.fs import which
 from pyscrun.oci.state import ContainerState
 
 # salloc waits in the queue for as long as the job waits; podman allows create ~240 s.
@@ -109,7 +109,7 @@ class SlurmBackend(Backend):
         node, where task 0 runs (srun places tasks in block order); with a terminal
         there too (--pty)."""
         srun = site.oci.SrunPath or "srun"
-        if shutil.which(srun, path=os.environ.get("PATH")) is None:
+        if which(srun, os.environ.get("PATH")) is None:
             raise BackendError(f"{srun} not found: install slurm-client")
         argv = [srun, f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1",
                 "--job-name=scrun-exec", "--quiet", "--export=ALL", "--kill-on-bad-exit=0",
@@ -152,7 +152,7 @@ class SlurmBackend(Backend):
         env.pop("SLURM_JOBID", None)
         env.pop("SLURM_STEP_ID", None)
         log.current.debug(f"slurm: {' '.join(argv)}")
-        if shutil.which(srun, path=env.get("PATH")) is None:
+        if which(srun, env.get("PATH")) is None:
             raise BackendError(f"{srun} not found: install slurm-client")
         # fork and exec rather than subprocess: the anchor reaps the step itself.
         pid = os.fork()

@@ -9,9 +9,25 @@ connection: its challenge is different.
 from __future__ import annotations
 
 import os
+from _operator import _compare_digest
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from hashlib import sha256
+else:
+    # CPython's own SHA-256: hashlib (and hmac) would load OpenSSL, milliseconds on the
+    # start-up path of every agent, and of the anchor as its first agent dials.
+    try:
+        from _sha2 import sha256  # 3.12 on
+    except ImportError:
+        try:
+            from _sha256 import sha256  # 3.11
+        except ImportError:
+            from hashlib import sha256
 
 NONCE = 32
 _DIGEST = 32  # SHA-256's
+_BLOCK = 64  # SHA-256's block size, HMAC's key length
 _DIALER = b"pyscrun-channel dialer"
 _LISTENER = b"pyscrun-channel listener"
 
@@ -21,11 +37,16 @@ def challenge() -> bytes:
 
 
 def _mac(secret: bytes, role: bytes, first: bytes, second: bytes) -> bytes:
-    # Imported when first needed: loading OpenSSL costs create milliseconds, where the
-    # anchor that imports this module has nothing to prove yet.
-    import hmac
+    return hmac_sha256(secret, role + first + second)
 
-    return hmac.digest(secret, role + first + second, "sha256")
+
+def hmac_sha256(key: bytes, message: bytes) -> bytes:
+    """HMAC-SHA256 (RFC 2104), as hmac.digest(key, message, "sha256") gives it."""
+    if len(key) > _BLOCK:
+        key = sha256(key).digest()
+    key = key.ljust(_BLOCK, b"\0")
+    inner = sha256(bytes(byte ^ 0x36 for byte in key) + message).digest()
+    return sha256(bytes(byte ^ 0x5C for byte in key) + inner).digest()
 
 
 def answer(secret: bytes, challenge: bytes) -> bytes:
@@ -51,6 +72,4 @@ def check_proof(secret: bytes, challenge: bytes, answer: bytes, proof: bytes) ->
 
 def _same(a: bytes, b: bytes) -> bool:
     """Compared in constant time: the time taken says nothing of where they differ."""
-    import hmac
-
-    return hmac.compare_digest(a, b)
+    return _compare_digest(a, b)

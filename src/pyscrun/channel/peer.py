@@ -140,24 +140,46 @@ def _read_frames(sock: socket.socket, reader: frames.FrameReader) -> list[tuple[
 
 def dial(host: str, port: int, secret: bytes, timeout: float) -> Peer:
     """Connect to a listener and prove, both ways, that each end holds the secret."""
-    sock = tcp.dial(host, port, timeout)
-    reader = frames.FrameReader()
+    return dial_all(host, port, secret, timeout, 1)[0]
+
+
+def dial_all(host: str, port: int, secret: bytes, timeout: float, count: int) -> list[Peer]:
+    """count connections to one listener, each proven both ways as dial's, their
+    handshakes in step: the listener answers them together, not one after the other.
+    Nothing is said on any until the listener has proven itself on it."""
+    socks: list[socket.socket] = []
     try:
-        (kind, challenge), *early = _read_frames(sock, reader)
-        if early or kind != frames.CHALLENGE or len(challenge) != auth.NONCE:
-            raise ChannelError(f"{host} port {port} does not speak pyscrun's channel")
-        answer = auth.answer(secret, challenge)
-        sock.sendall(frames.frame(frames.RESPONSE, answer))
-        (kind, proof), *early = _read_frames(sock, reader)
-        if kind != frames.RESPONSE or not auth.check_proof(secret, challenge, answer, proof):
-            raise ChannelError(f"{host} port {port} could not prove it holds the secret")
+        for _ in range(count):
+            socks.append(tcp.dial(host, port, timeout))
+        readers = [frames.FrameReader() for _ in socks]
+        challenges = []
+        for sock, reader in zip(socks, readers, strict=True):
+            (kind, challenge), *early = _read_frames(sock, reader)
+            if early or kind != frames.CHALLENGE or len(challenge) != auth.NONCE:
+                raise ChannelError(f"{host} port {port} does not speak pyscrun's channel")
+            challenges.append(challenge)
+        answers = [auth.answer(secret, challenge) for challenge in challenges]
+        for sock, answer in zip(socks, answers, strict=True):
+            sock.sendall(frames.frame(frames.RESPONSE, answer))
+        peers = []
+        for sock, reader, challenge, answer in zip(socks, readers, challenges, answers,
+                                                   strict=True):
+            (kind, proof), *early = _read_frames(sock, reader)
+            if kind != frames.RESPONSE or not auth.check_proof(secret, challenge, answer, proof):
+                raise ChannelError(f"{host} port {port} could not prove it holds the secret")
+            peer = Peer(sock, secret)
+            peer.reader = reader
+            peer.early = early
+            peers.append(peer)
     except (OSError, frames.FrameError) as err:
-        sock.close()
+        _close(socks)
         raise ChannelError(f"handshake with {host} port {port} failed: {err}") from None
     except ChannelError:
-        sock.close()
+        _close(socks)
         raise
-    peer = Peer(sock, secret)
-    peer.reader = reader
-    peer.early = early
-    return peer
+    return peers
+
+
+def _close(socks: list[socket.socket]) -> None:
+    for sock in socks:
+        sock.close()

@@ -34,18 +34,35 @@ def dial(host: str, port: int, secret: bytes, timeout: float, task: str, kind: i
          ) -> socket.socket:
     """A connection for stream kind (frames.STDOUT or STDERR) of task, ready for its
     raw bytes (non-blocking)."""
-    link = peer.dial(host, port, secret, timeout)
+    return claim({kind: peer.dial(host, port, secret, timeout)}, task, timeout)[kind]
+
+
+def claim(links: dict[int, peer.Peer], task: str, timeout: float) -> dict[int, socket.socket]:
+    """Each proven connection named as task's stream of its kind, all named before any
+    answer is awaited; once the anchor took them, their sockets, ready for raw bytes
+    (non-blocking). Each is closed if any fails."""
+    deadline = time.monotonic() + timeout
     try:
-        if not link.send_message({"op": HELLO, "task": task, "stream": kind}, timeout):
-            raise ChannelError(f"could not name stream {kind} to the anchor")
-        _await_taken(link, time.monotonic() + timeout)
-    except (ChannelError, OSError, frames.FrameError) as err:
+        for kind, link in links.items():
+            if not link.send_message({"op": HELLO, "task": task, "stream": kind}, timeout):
+                raise ChannelError(f"stream {kind}: could not name it to the anchor")
+        for kind, link in links.items():
+            _await_taken(link, kind, deadline)
+    except (OSError, frames.FrameError) as err:
+        _close(links)
+        raise ChannelError(f"a stream of task {task}: {err}") from None
+    except ChannelError:
+        _close(links)
+        raise
+    return {kind: link.sock for kind, link in links.items()}
+
+
+def _close(links: dict[int, peer.Peer]) -> None:
+    for link in links.values():
         link.close()
-        raise ChannelError(f"stream {kind}: {err}") from None
-    return link.sock
 
 
-def _await_taken(link: peer.Peer, deadline: float) -> None:
+def _await_taken(link: peer.Peer, kind: int, deadline: float) -> None:
     """Raw bytes may follow only once the anchor no longer reads frames on it."""
     got = link.receive() if link.early else []
     with selectors.DefaultSelector() as selector:
@@ -53,14 +70,15 @@ def _await_taken(link: peer.Peer, deadline: float) -> None:
         while not got:
             left = deadline - time.monotonic()
             if left <= 0 or not selector.select(left):
-                raise ChannelError("the anchor did not take the stream in time")
+                raise ChannelError(f"stream {kind}: the anchor did not take it in time")
             try:
                 got = link.receive()
             except peer.PeerGone as gone:
-                raise ChannelError(f"the anchor closed the stream's connection {gone}") from None
+                raise ChannelError(f"stream {kind}: the anchor closed its connection "
+                                   f"{gone}") from None
     said = peer.messages(got)
     if [m.get("op") for m in said] != [TAKEN]:
-        raise ChannelError(f"the anchor answered {said!r} to a stream")
+        raise ChannelError(f"stream {kind}: the anchor answered {said!r}")
 
 
 def move(source: int, target: int, wait_for_target: bool = False) -> int | None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import random
 import socket
 
 from pyscrun.errors import ChannelError
@@ -55,6 +54,8 @@ def listen(port_range: tuple[int, int] | None, loopback_only: bool = False) -> s
     if port_range is None:
         ports = [0]
     else:
+        import random
+
         ports = list(range(port_range[0], port_range[1] + 1))
         random.shuffle(ports)
     for port in ports:

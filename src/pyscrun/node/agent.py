@@ -84,17 +84,22 @@ class Agent(ContainerModes):
 
     # -- control channel -------------------------------------------------------------
     def connect(self) -> None:
-        self.control = _dial(self.env)
-        if self.control is None:
-            return
+        """The control connection and, when the anchor streams the container's stdio,
+        one connection per output stream: dialed together, as each handshake waits on
+        the anchor."""
+        if not self.env.get("PYSCRUN_AGENT_PORT"):
+            return  # started by hand: no anchor waits
+        streaming = self.env.get("PYSCRUN_AGENT_STDIO") == "stream" and not os.isatty(0)
+        kinds = (frames.STDOUT, frames.STDERR) if streaming else ()
+        self.control, *outputs = peer.dial_all(*_address(self.env), DIAL_TIMEOUT,
+                                               1 + len(kinds))
         self.control.send(frames.message({
             "op": "agent-hello", "task": self.ident.task_id, "node": self.ident.node,
             "tasks": int(self.env.get("SLURM_NTASKS") or 1)}))
-        if self.env.get("PYSCRUN_AGENT_STDIO") == "stream" and not os.isatty(0):
-            host, port, secret = _address(self.env)
-            outputs = {kind: streams.dial(host, port, secret, DIAL_TIMEOUT, self.ident.task_id,
-                                          kind) for kind in (frames.STDOUT, frames.STDERR)}
-            self.stdio = ContainerStdio(with_stdin=self.ident.task_id == "0", outputs=outputs)
+        if streaming:
+            sockets = streams.claim(dict(zip(kinds, outputs, strict=True)), self.ident.task_id,
+                                    DIAL_TIMEOUT)
+            self.stdio = ContainerStdio(with_stdin=self.ident.task_id == "0", outputs=sockets)
             self.stdio.attach(self.selector)
         self._rearm()
         self._handle(self.control.receive() if self.control.early else [])
@@ -363,23 +368,16 @@ def _address(env: dict[str, str]) -> tuple[str, int, bytes]:
     return host, int(env["PYSCRUN_AGENT_PORT"]), bytes.fromhex(env.get("PYSCRUN_AGENT_SECRET", ""))
 
 
-def _dial(env: dict[str, str]) -> peer.Peer | None:
-    """The control connection to the anchor; None where no anchor waits (an agent
-    started by hand)."""
-    if not env.get("PYSCRUN_AGENT_PORT"):
-        return None
-    return peer.dial(*_address(env), DIAL_TIMEOUT)
-
-
 def _report_error(env: dict[str, str], message: str) -> None:
+    if not env.get("PYSCRUN_AGENT_PORT"):
+        return  # started by hand: no anchor waits
     try:
-        link = _dial(env)
+        link = peer.dial(*_address(env), DIAL_TIMEOUT)
     except (ScrunError, ValueError):
         return
-    if link is not None:
-        link.send(frames.message({"op": "agent-error", "message": message}))
-        link.flush_blocking(REPORT_TIMEOUT)
-        link.close()
+    link.send(frames.message({"op": "agent-error", "message": message}))
+    link.flush_blocking(REPORT_TIMEOUT)
+    link.close()
 
 
 def cli() -> None:

@@ -6,11 +6,11 @@ before a restore. Where the node sees the path (the cluster file system) nothing
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 from pyscrun.channel import files, peer
 from pyscrun.errors import ChannelError, RuntimeCommandError
+from pyscrun.fs import remove_tree
 from pyscrun.node import criu
 from pyscrun.node.runtime import RuntimeCommands
 
@@ -35,7 +35,7 @@ def checkpoint(control: peer.Peer | None, commands: RuntimeCommands, order: dict
         files.send_tree(control, criu.task_image_dir(here["image_path"], task_id), "image")
         files.send_tree(control, criu.task_work_dir(here, task_id), "work")
     finally:
-        shutil.rmtree(task_dir / LOCAL_DIR, ignore_errors=True)
+        remove_tree(str(task_dir / LOCAL_DIR))
 
 
 def fetch(control: peer.Peer | None, order: dict[str, Any], task_id: str, task_dir: Path,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import os
 import subprocess
 from pathlib import Path
@@ -40,6 +39,8 @@ class RuntimeCommands:
 
     def with_more(self, more: dict[str, str]) -> RuntimeCommands:
         """These commands with other pyscrun.conf patterns (checkpoint, restore)."""
+        import copy
+
         other = copy.copy(self)
         other.more = more
         return other

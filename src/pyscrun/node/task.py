@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -12,6 +11,7 @@ from pyscrun import identity, jsonc
 from pyscrun.conf import patterns
 from pyscrun.conf.ociconf import OciConf
 from pyscrun.errors import ScrunError
+from pyscrun.fs import remove_tree
 from pyscrun.node import rewrite
 from pyscrun.node.runtime import RuntimeCommands
 from pyscrun.oci import bundle as oci_bundle
@@ -140,8 +140,8 @@ class Task:
     def cleanup(self) -> None:
         if self.conf.DisableCleanup:
             return
-        shutil.rmtree(self.dir, ignore_errors=True)
-        shutil.rmtree(self.shipped_dir, ignore_errors=True)
+        remove_tree(str(self.dir))
+        remove_tree(str(self.shipped_dir))
         try:
             self.step_dir.rmdir()
         except OSError:

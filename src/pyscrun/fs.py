@@ -1,0 +1,51 @@
+"""File system helpers for the processes that start often (the CLI, the anchor, the
+node agent): what they would take from shutil, without the milliseconds importing it
+costs (it brings fnmatch, re, bz2 and lzma along)."""
+
+from __future__ import annotations
+
+import os
+
+
+def remove_tree(path: str, dir_fd: int | None = None) -> None:
+    """path and all below it, errors ignored, as shutil.rmtree(ignore_errors=True). No
+    symlink is followed, path itself included (a link planted where a directory of
+    ours belongs must not take its target with it)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=dir_fd)
+    except OSError:
+        return  # gone, or not a directory of ours to empty
+    try:
+        with os.scandir(fd) as entries:
+            for entry in list(entries):
+                if entry.is_dir(follow_symlinks=False):
+                    remove_tree(entry.name, fd)
+                    continue
+                try:
+                    os.unlink(entry.name, dir_fd=fd)
+                except OSError:
+                    continue
+    finally:
+        os.close(fd)
+    try:
+        os.rmdir(path, dir_fd=dir_fd)
+    except OSError:
+        pass
+
+
+def which(program: str, path: str | None) -> str | None:
+    """Where program is found on path (a PATH value; this process's PATH if None), as
+    shutil.which finds it: an executable file; a name with a slash is taken as is."""
+    if os.sep in program:
+        return program if _executable(program) else None
+    if path is None:
+        path = os.environ.get("PATH", os.defpath)
+    for directory in path.split(os.pathsep):
+        candidate = os.path.join(directory or os.curdir, program)
+        if _executable(candidate):
+            return candidate
+    return None
+
+
+def _executable(candidate: str) -> bool:
+    return os.access(candidate, os.X_OK) and not os.path.isdir(candidate)
