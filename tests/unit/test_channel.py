@@ -139,50 +139,50 @@ def test_a_listener_without_the_secret_cannot_pass_for_the_anchor() -> None:
     thread.join(5)
 
 
-def _serve_together(server: socket.socket, secret: bytes, count: int,
-                    received: list[list[tuple[int, bytes]]]) -> None:
-    """Accept count connections and serve them in rounds, as a selector loop would:
-    first every proof, then every message."""
-    links = [peer.Peer.accepted(server.accept()[0], secret) for _ in range(count)]
-    for link in links:
-        link.sock.setblocking(True)
-        link.sock.settimeout(5)
-    try:
+class TogetherListener:
+    """A real listener on loopback that accepts count connections and serves them in
+    rounds, as a selector loop would: first every proof, then every message."""
+
+    def __init__(self, count: int) -> None:
+        self.server = tcp.listen(None, loopback_only=True)
+        self.port = tcp.port_of(self.server)
+        self.received: list[list[tuple[int, bytes]]] = []
+        self.thread = threading.Thread(target=self._serve, args=(count,), daemon=True)
+        self.thread.start()
+
+    def _serve(self, count: int) -> None:
+        links = [peer.Peer.accepted(self.server.accept()[0], SECRET) for _ in range(count)]
         for link in links:
-            received.append(link.receive())
-        for link, got in zip(links, received, strict=True):
-            while not got:
-                got += link.receive()
-    except (peer.PeerGone, TimeoutError):
-        pass
-    for link in links:
-        link.close()
+            link.sock.setblocking(True)
+            link.sock.settimeout(5)
+        try:
+            for link in links:
+                self.received.append(link.receive())
+            for link, got in zip(links, self.received, strict=True):
+                while not got:
+                    got += link.receive()
+        except (peer.PeerGone, TimeoutError):
+            pass
+        for link in links:
+            link.close()
 
 
 def test_connections_dialed_together_are_each_proven_and_carry_their_own_frames() -> None:
-    server = tcp.listen(None, loopback_only=True)
-    received: list[list[tuple[int, bytes]]] = []
-    thread = threading.Thread(target=_serve_together, args=(server, SECRET, 3, received),
-                              daemon=True)
-    thread.start()
-    links = peer.dial_all("127.0.0.1", tcp.port_of(server), SECRET, 5, 3)
+    listener = TogetherListener(3)
+    links = peer.dial_all("127.0.0.1", listener.port, SECRET, 5, 3)
     for number, link in enumerate(links):
         assert link.send_message({"op": "hello", "n": number}, 5)
-    thread.join(5)
-    assert received == [[(frames.MESSAGE, frames.message({"op": "hello", "n": n})[
+    listener.thread.join(5)
+    assert listener.received == [[(frames.MESSAGE, frames.message({"op": "hello", "n": n})[
         frames.HEADER.size:])] for n in range(3)]
 
 
 def test_connections_dialed_together_with_a_wrong_secret_are_all_refused() -> None:
-    server = tcp.listen(None, loopback_only=True)
-    received: list[list[tuple[int, bytes]]] = []
-    thread = threading.Thread(target=_serve_together, args=(server, SECRET, 2, received),
-                              daemon=True)
-    thread.start()
+    listener = TogetherListener(2)
     with pytest.raises(ChannelError, match="closed the connection"):
-        peer.dial_all("127.0.0.1", tcp.port_of(server), b"wrong" * 8, 5, 2)
-    thread.join(5)
-    assert received == []
+        peer.dial_all("127.0.0.1", listener.port, b"wrong" * 8, 5, 2)
+    listener.thread.join(5)
+    assert listener.received == []
 
 
 def test_a_recorded_exchange_replayed_on_a_new_connection_is_refused() -> None:

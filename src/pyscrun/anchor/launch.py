@@ -57,7 +57,9 @@ class Launch(Orders):
             self.exit_status = None
             self.launch_error = str(err)
 
-    def _start(self) -> None:
+    def _start(self) -> bool:
+        """Start the container; whether the answer waits until every task runs it (a
+        step launched at create, whose agents only now run the container)."""
         if self.state.status != CREATED:
             raise InvalidState(f"cannot start a container that is {self.state.status}")
         assert self.allocation is not None
@@ -68,12 +70,14 @@ class Launch(Orders):
         self.store.save(self.state)
         if self.step is not None:
             self.agents.start()
-            return
+            self.agents.ask_running()
+            return True
         if self.allocation.queued:
             # Started once its job runs. podman shows the container's stderr from now.
             log.tell_caller(f"scrun: job {self.allocation.job_id} queued and waiting for resources")
-            return
+            return False
         self._launch()
+        return False
 
     def _follow_queued_job(self, fd: int) -> None:
         """The queued job came (stage in, and launch if started) or never will."""

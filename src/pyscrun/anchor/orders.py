@@ -35,6 +35,9 @@ _HARMLESS_SIGNALS = frozenset((signal.SIGCHLD, signal.SIGCONT, signal.SIGURG, si
 KILL_GRACE = 10.0
 # How long an order for the tasks waits for every task to run its container.
 ORDER_WAIT = 60.0
+# How long a start waits for every task to run its container before it returns anyway
+# (a bundle shipped to the nodes may take that long).
+START_WAIT = 10.0
 
 
 class Orders:
@@ -55,7 +58,7 @@ class Orders:
     shipment: Shipment | None
     staging: Staging
 
-    def _start(self) -> None:
+    def _start(self) -> bool:
         raise NotImplementedError
 
     def _report_ready(self, error: str | None) -> None:
@@ -64,7 +67,12 @@ class Orders:
     def _handle(self, client: Connection, message: dict[str, Any]) -> dict[str, Any] | None:
         op = message.get("op")
         if op == "start":
-            self._start()
+            if self._start():
+                # Answered once every task runs its container, as runc's start returns
+                # once the container's process runs: a signal that follows the start
+                # must find the process, not reach it before its first instruction.
+                self.waiting_orders.append((client, message, time.monotonic() + START_WAIT))
+                return None
         elif op == "kill":
             self._kill(message["signal"], bool(message.get("all")))
         elif op == "delete":
@@ -147,13 +155,20 @@ class Orders:
 
     def _give_waiting_orders(self, now: float | None = None) -> None:
         """Give the orders that waited, once every task runs; fail those that waited
-        too long, or whose container ended."""
+        too long, or whose container ended. A start that waited is answered then too,
+        once its container ended, or once it waited START_WAIT."""
         waiting, self.waiting_orders = self.waiting_orders, []
         for client, message, deadline in waiting:
-            if self.agents.all_running() and self.exit_status is None:
+            ended = self.exit_status is not None
+            late = now is not None and now >= deadline
+            if message["op"] == "start":
+                if self.agents.all_running() or ended or late:
+                    client.send({"ok": True, "state": self.state.oci_document()})
+                else:
+                    self.waiting_orders.append((client, message, deadline))
+            elif self.agents.all_running() and not ended:
                 self._give(client, message)
-            elif self.exit_status is not None or (now is not None and now >= deadline):
-                ended = self.exit_status is not None
+            elif ended or late:
                 client.send({"ok": False, "error": "container not running" if ended else
                              f"the container's tasks did not all start within {ORDER_WAIT:.0f} s"})
             else:

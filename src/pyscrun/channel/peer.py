@@ -148,7 +148,7 @@ def dial_all(host: str, port: int, secret: bytes, timeout: float, count: int) ->
     handshakes in step: the listener answers them together, not one after the other.
     Nothing is said on any until the listener has proven itself on it."""
     socks: list[socket.socket] = []
-    try:
+    with ClosedOnFailure(socks, f"handshake with {host} port {port} failed"):
         for _ in range(count):
             socks.append(tcp.dial(host, port, timeout))
         readers = [frames.FrameReader() for _ in socks]
@@ -171,15 +171,26 @@ def dial_all(host: str, port: int, secret: bytes, timeout: float, count: int) ->
             peer.reader = reader
             peer.early = early
             peers.append(peer)
-    except (OSError, frames.FrameError) as err:
-        _close(socks)
-        raise ChannelError(f"handshake with {host} port {port} failed: {err}") from None
-    except ChannelError:
-        _close(socks)
-        raise
     return peers
 
 
-def _close(socks: list[socket.socket]) -> None:
-    for sock in socks:
-        sock.close()
+class ClosedOnFailure:
+    """A block that opens connections: should it fail, each is closed (those added to
+    the list on the way too), and an error of the wire becomes a ChannelError that
+    says what failed."""
+
+    def __init__(self, connections: list[socket.socket] | list[Peer], what: str) -> None:
+        self.connections = connections
+        self.what = what
+
+    def __enter__(self) -> ClosedOnFailure:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, err: BaseException | None,
+                 traceback: object) -> None:
+        if err is None:
+            return
+        for connection in self.connections:
+            connection.close()
+        if isinstance(err, OSError | frames.FrameError):
+            raise ChannelError(f"{self.what}: {err}") from None

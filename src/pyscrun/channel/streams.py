@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from pyscrun.channel import frames, peer
+from pyscrun.channel import peer
 from pyscrun.errors import ChannelError
 
 # What one splice moves at most: a widened pipe's whole buffer.
@@ -42,24 +42,13 @@ def claim(links: dict[int, peer.Peer], task: str, timeout: float) -> dict[int, s
     answer is awaited; once the anchor took them, their sockets, ready for raw bytes
     (non-blocking). Each is closed if any fails."""
     deadline = time.monotonic() + timeout
-    try:
+    with peer.ClosedOnFailure(list(links.values()), f"a stream of task {task}"):
         for kind, link in links.items():
             if not link.send_message({"op": HELLO, "task": task, "stream": kind}, timeout):
                 raise ChannelError(f"stream {kind}: could not name it to the anchor")
         for kind, link in links.items():
             _await_taken(link, kind, deadline)
-    except (OSError, frames.FrameError) as err:
-        _close(links)
-        raise ChannelError(f"a stream of task {task}: {err}") from None
-    except ChannelError:
-        _close(links)
-        raise
     return {kind: link.sock for kind, link in links.items()}
-
-
-def _close(links: dict[int, peer.Peer]) -> None:
-    for link in links.values():
-        link.close()
 
 
 def _await_taken(link: peer.Peer, kind: int, deadline: float) -> None:

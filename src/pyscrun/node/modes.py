@@ -43,6 +43,9 @@ class ContainerModes(AgentOrders):
     def _set_pid(self, pid: int, runtime: bool = False) -> None:
         raise NotImplementedError
 
+    def _report_running(self) -> None:
+        raise NotImplementedError
+
     def _wait_runtime(self) -> int:
         """Wait for the runtime's process; its exit status.
 
@@ -108,6 +111,7 @@ class ContainerModes(AgentOrders):
             raise RuntimeCommandError("RunTimeRun --detach left no container process")
         self.container_pid = adopted[0]
         self._set_pid(self.container_pid)
+        self._report_running()
         return self.wait_for(self.container_pid)
 
     def restore_mode(self, commands: RuntimeCommands, order: dict[str, Any]) -> int:
@@ -156,6 +160,7 @@ class ContainerModes(AgentOrders):
         code, _ = commands.run("RunTimeStart")
         if code != 0:
             raise RuntimeCommandError(f"RunTimeStart exited {code}")
+        self._report_running()
         return self.wait_for(pid)
 
     def _run_container(self, commands: RuntimeCommands) -> int:
