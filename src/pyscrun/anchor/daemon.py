@@ -80,6 +80,7 @@ class Anchor(Launch):
         self.restore_probe = ""  # while a restore's nodes look for its image path
         self.bundle_probe = ""  # while the nodes look for the bundle
         self.launch_error = ""
+        self.launcher_output: dict[int, socket.socket] = {}
         # Clients of a checkpoint that stops the container, answered once it has.
         self.stopped_waiters: list[tuple[Connection, dict[str, Any]]] = []
         self.task_order: TaskOrder | None = None  # a pause or resume in progress
@@ -171,7 +172,7 @@ class Anchor(Launch):
         self.ready_fd = ready_fd
         if self.request.restore is None:
             # The step first: srun's launch and the agents' start overlap the rest of
-            # podman's work from here on.
+            # podman's work from here on (what srun says meanwhile waits for start).
             self._launch_early()
             self._report_ready(None)
             if self.backend.name == "local":

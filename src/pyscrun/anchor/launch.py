@@ -8,11 +8,13 @@ from __future__ import annotations
 import os
 import selectors
 import signal
+import socket
 
 from pyscrun import identity, jsonc, log
 from pyscrun.anchor.orders import Orders
 from pyscrun.anchor.stdio import CallerStdio
 from pyscrun.backends.base import LaunchRequest
+from pyscrun.channel import frames
 from pyscrun.conf import scrun_env
 from pyscrun.errors import BackendError, InvalidState, ScrunError
 from pyscrun.oci.state import CREATED, RUNNING
@@ -35,6 +37,8 @@ class Launch(Orders):
     stdio: CallerStdio | None
     bundle_probe: str
     launch_error: str  # why the step launched at create could not be
+    # srun's own stdout and stderr, of a step launched before start, until start.
+    launcher_output: dict[int, socket.socket]
 
     def _launches_early(self) -> bool:
         """Whether the step is launched as soon as the job runs, at create, its agents
@@ -71,6 +75,10 @@ class Launch(Orders):
         if self.step is not None:
             self.agents.start()
             self.agents.ask_running()
+            if self.stdio is not None:
+                for kind, sock in self.launcher_output.items():
+                    self.stdio.take(sock, kind)
+            self.launcher_output = {}
             return True
         if self.allocation.queued:
             # Started once its job runs. podman shows the container's stderr from now.
@@ -145,6 +153,11 @@ class Launch(Orders):
         if pass_stdio:
             self.stdio = CallerStdio()
             agent_env["PYSCRUN_AGENT_STDIO"] = "stream"
+        # Launched before start, srun's own output (a value it refuses, an agent's
+        # error) waits in sockets of the anchor's until start, then joins the
+        # container's: the caller attaches to that only once create returned.
+        held = {kind: socket.socketpair() for kind in (frames.STDOUT, frames.STDERR)} \
+            if pass_stdio and self.state.status == CREATED else {}
         request = LaunchRequest(
             agent_env=agent_env,
             job_env={**self.staging.output_env(), **self.allocation.env},
@@ -152,12 +165,18 @@ class Launch(Orders):
             step_args=scrun_env.arguments(self.request.job_options, scrun_env.STEP),
             pass_stdio=pass_stdio,
             preserve_fds=self.request.preserve_fds,
+            output=(held[frames.STDOUT][1].fileno(), held[frames.STDERR][1].fileno())
+            if held else None,
         )
         try:
             self.step = self.backend.launch(self.site, self.allocation, request)
         except ScrunError:
             self.exit_status = 255
             raise
+        finally:
+            for _, launcher_end in held.values():
+                launcher_end.close()
+        self.launcher_output = {kind: ours for kind, (ours, _) in held.items()}
         self.selector.register(os.pidfd_open(self.step.pid), selectors.EVENT_READ, "step")
         # The container's stdio now belongs to the step alone.
         _detach_stdio()

@@ -22,13 +22,16 @@ class LaunchRequest:
 
     def __init__(self, agent_env: dict[str, str], job_env: dict[str, str],
                  terminal_fd: int | None, step_args: list[str] | None = None,
-                 pass_stdio: bool = False, preserve_fds: int = 0) -> None:
+                 pass_stdio: bool = False, preserve_fds: int = 0,
+                 output: tuple[int, int] | None = None) -> None:
         self.agent_env = agent_env
         self.job_env = job_env
         self.terminal_fd = terminal_fd  # pty slave for a terminal container, else None
         self.step_args = step_args or []  # scheduler options for the step
         self.pass_stdio = pass_stdio  # agents take the container's stdio from the anchor
         self.preserve_fds = preserve_fds  # fds 3.. the agent keeps for the container
+        # The launcher's own stdout and stderr, when not the anchor's (the caller's).
+        self.output = output
 
 
 class Step:

@@ -169,6 +169,9 @@ class SlurmBackend(Backend):
                 null = os.open(os.devnull, os.O_RDONLY)
                 os.dup2(null, 0)
                 os.close(null)
+            if request.output is not None:
+                os.dup2(request.output[0], 1)
+                os.dup2(request.output[1], 2)
             identity.become_real_user()
             os.execvpe(argv[0], argv, env)
         except OSError as err:
