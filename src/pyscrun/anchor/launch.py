@@ -172,6 +172,8 @@ class Launch(Orders):
             self.step = self.backend.launch(self.site, self.allocation, request)
         except ScrunError:
             self.exit_status = 255
+            for ours, _ in held.values():
+                ours.close()
             raise
         finally:
             for _, launcher_end in held.values():
