@@ -40,6 +40,8 @@ OUTPUT_DRAIN_TIMEOUT = 10.0
 # How long a runtime may take to end once its container was sent SIGKILL.
 RUNTIME_AFTER_KILL = 5.0
 REPORT_TIMEOUT = 30.0
+# The commands that start a container's process: their runtime runs from a sealed copy.
+_BRINGING_UP = ("RunTimeRun", "RunTimeCreate", "RunTimeRestore")
 
 
 class Agent(ContainerModes):
@@ -306,6 +308,7 @@ class Agent(ContainerModes):
                 task.source = shipped.fetch(self.control, task.shipped_dir, self._handle)
             self.commands = commands = task.prepare(self.derived_commands(""),
                                                     self._start_guard(task))
+            commands.seal_programs(_BRINGING_UP)
             # After the guard started: it must not be adopted back.
             processes.set_child_subreaper()
             status = self._hold()

@@ -86,6 +86,7 @@ def run(env: dict[str, str]) -> int:
                                    the_site.derived_commands())
         commands.require("RunTimeExec")
         _await_running(commands)
+        commands.seal_programs(("RunTimeExec",))
         code = commands.spawn("RunTimeExec", [str(process_file)]).wait()
         return 128 - code if code < 0 else code  # as a shell reports a death by signal
     finally:

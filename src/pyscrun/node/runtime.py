@@ -6,10 +6,11 @@ import os
 import subprocess
 from pathlib import Path
 
-from pyscrun import jsonc, log
+from pyscrun import fs, jsonc, log
 from pyscrun.conf import patterns
 from pyscrun.conf.ociconf import OciConf
 from pyscrun.errors import RuntimeCommandError
+from pyscrun.node import sealed_program
 
 # typing costs milliseconds at every start of the CLI: for type checkers only.
 TYPE_CHECKING = False
@@ -36,6 +37,8 @@ class RuntimeCommands:
         exclude = conf.RunTimeEnvExclude
         self.env = {k: v for k, v in environ.items()
                     if not (exclude and exclude.search(f"{k}={v}"))}
+        # Program words of the patterns run from a sealed copy: the copy's fd.
+        self.sealed: dict[str, int] = {}
 
     def with_more(self, more: dict[str, str]) -> RuntimeCommands:
         """These commands with other pyscrun.conf patterns (checkpoint, restore)."""
@@ -48,9 +51,25 @@ class RuntimeCommands:
     def pattern(self, directive: str) -> str:
         return self.more.get(directive) or str(getattr(self.conf, directive, ""))
 
+    def seal_programs(self, directives: tuple[str, ...]) -> None:
+        """Run the programs of directives that copy themselves at each start (runc)
+        from a sealed copy in memory made now (node/sealed_program.py)."""
+        for directive in directives:
+            program, _ = _program_and_rest(self.pattern(directive))
+            if program in self.sealed or not sealed_program.copies_itself(program):
+                continue
+            path = fs.which(program, self.env.get("PATH"))
+            fd = sealed_program.sealed_copy(path) if path else None
+            if fd is not None:
+                self.sealed[program] = fd
+
     def command(self, directive: str, args: list[str] | None = None) -> str:
         values = self.values if args is None else self.values.replace(args=args)
-        return patterns.expand(self.pattern(directive), values)
+        pattern = self.pattern(directive)
+        program, rest = _program_and_rest(pattern)
+        if program in self.sealed:
+            pattern = f"/proc/self/fd/{self.sealed[program]} {rest}"
+        return patterns.expand(pattern, values)
 
     def set_pid(self, pid: int) -> None:
         self.values = self.values.replace(pid=str(pid))
@@ -80,7 +99,7 @@ class RuntimeCommands:
         stdin, stdout, stderr = stdio if stdio is not None else (None, None, None)
         return subprocess.Popen(["/bin/sh", "-c", command], cwd=self.cwd, env=self.env,
                                 stdin=stdin, stdout=stdout, stderr=stderr,
-                                pass_fds=range(3, 3 + preserve_fds))
+                                pass_fds=(*range(3, 3 + preserve_fds), *self.sealed.values()))
 
     def require(self, directive: str) -> None:
         """The command for directive (pyscrun.conf's), or the line that says what to set."""
@@ -112,6 +131,7 @@ class RuntimeCommands:
             done = subprocess.run(
                 ["/bin/sh", "-c", command], cwd=self.cwd, env=self.env, timeout=timeout,
                 stdin=subprocess.DEVNULL, capture_output=True, check=False,
+                pass_fds=tuple(self.sealed.values()),
             )
         except subprocess.TimeoutExpired:
             raise RuntimeCommandError(f"{directive} did not finish within {timeout} s") from None
@@ -147,6 +167,12 @@ class RuntimeCommands:
             if isinstance(pid, int) and pid > 0:
                 return pid
         return 0
+
+
+def _program_and_rest(pattern: str) -> tuple[str, str]:
+    """A command pattern's program word and what follows it."""
+    words = pattern.split(None, 1)
+    return (words[0], words[1] if len(words) > 1 else "") if words else ("", "")
 
 
 def delete_ended(commands: RuntimeCommands) -> None:

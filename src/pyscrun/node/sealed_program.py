@@ -1,0 +1,82 @@
+"""The runtime run from a sealed copy of its program in memory.
+
+runc, started from its file, guards the host's binary against a container that would
+overwrite it (CVE-2019-5736) by copying itself at every container start: a read-only
+bind mount where it may mount (rootless podman runs it in a mount namespace of its own),
+else a copy into a memfd that it seals and executes again. The agent, in a user
+namespace only, gets the copy: about 15 ms of each start here, and a start that fails
+now and then (`could not ensure we are a cloned binary: Device or resource busy`, the
+kernel refusing the seal while pages of the fresh copy are still referenced). A runc
+whose own program already is a fully sealed memfd skips all of it (its documented
+provision for sharing one sealed copy). The agent makes that copy once, retries a busy
+seal, and runs the program from its file when it cannot.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import time
+
+from pyscrun import log
+
+# Runtimes that copy themselves at each start unless run from a sealed memfd.
+SELF_COPYING = ("runc",)
+
+_F_ADD_SEALS = 1033
+# F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE: all of them, as runc checks.
+_ALL_SEALS = 0x1 | 0x2 | 0x4 | 0x8
+# Executable whatever vm.memfd_noexec says (kernels before 6.3 refuse the flag).
+_MFD_EXEC = 0x10
+_SEAL_ATTEMPTS = 5
+_SEAL_RETRY_DELAY = 0.01
+
+
+def copies_itself(program: str) -> bool:
+    return os.path.basename(program) in SELF_COPYING
+
+
+def sealed_copy(path: str) -> int | None:
+    """A sealed memfd holding the program at path, or None when one cannot be made."""
+    try:
+        fd = _memfd(os.path.basename(path))
+    except OSError as err:
+        log.current.debug(f"no sealed copy of {path}: {err}")
+        return None
+    try:
+        with open(path, "rb") as source:
+            size = os.fstat(source.fileno()).st_size
+            sent = 0
+            while sent < size:
+                done = os.sendfile(fd, source.fileno(), sent, size - sent)
+                if done == 0:
+                    raise OSError(errno.EIO, f"{path} ended early")
+                sent += done
+        _seal(fd)
+    except OSError as err:
+        os.close(fd)
+        log.current.debug(f"no sealed copy of {path}: {err}")
+        return None
+    return fd
+
+
+def _memfd(name: str) -> int:
+    flags = os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING
+    try:
+        return os.memfd_create(name, flags | _MFD_EXEC)
+    except OSError as err:
+        if err.errno != errno.EINVAL:
+            raise
+        return os.memfd_create(name, flags)
+
+
+def _seal(fd: int) -> None:
+    for attempt in range(_SEAL_ATTEMPTS):
+        try:
+            fcntl.fcntl(fd, _F_ADD_SEALS, _ALL_SEALS)
+            return
+        except OSError as err:
+            if err.errno != errno.EBUSY or attempt == _SEAL_ATTEMPTS - 1:
+                raise
+        time.sleep(_SEAL_RETRY_DELAY * (attempt + 1))

@@ -1,0 +1,67 @@
+"""The runtime run from a sealed copy of its program (node/sealed_program.py), with
+the real runc."""
+
+from __future__ import annotations
+
+import fcntl
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pyscrun.conf import ociconf, patterns
+from pyscrun.node.runtime import RuntimeCommands
+
+F_GET_SEALS = 1034
+ALL_SEALS = 0xF
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+OCI_CONF = ('RunTimeRun="runc run %n -b %b"\nRunTimeKill="runc kill %n"\n'
+            'RunTimeDelete="runc delete %n"\n')
+
+
+def commands_for(pattern: str, path: str = PATH) -> RuntimeCommands:
+    return RuntimeCommands(ociconf.parse(OCI_CONF, "oci.conf"), patterns.PatternValues(),
+                           cwd=Path("/"), environ={"PATH": path},
+                           more={"RunTimeQuery": pattern})
+
+
+def real_runc() -> str:
+    found = shutil.which("runc", path=PATH)
+    if found is None:
+        pytest.fail("runc is missing: install package runc (make setup does)")
+    return found
+
+
+def test_runc_runs_from_a_fully_sealed_copy_of_itself() -> None:
+    """runc then finds its program sealed and skips copying itself at the container's
+    start; it still answers as runc does."""
+    runc = real_runc()
+    commands = commands_for("runc --version")
+    commands.seal_programs(("RunTimeQuery",))
+    fd = commands.sealed["runc"]
+    assert fcntl.fcntl(fd, F_GET_SEALS) == ALL_SEALS
+    assert commands.command("RunTimeQuery") == f"/proc/self/fd/{fd} --version"
+    code, output = commands.run("RunTimeQuery")
+    expected = subprocess.run([runc, "--version"], capture_output=True, text=True, check=True)
+    assert (code, output) == (0, expected.stdout)
+    with open(runc, "rb") as program:
+        assert Path(f"/proc/self/fd/{fd}").read_bytes() == program.read()
+
+
+@pytest.mark.parametrize("pattern", ["echo runc", "nosuchruntime-anywhere --version"])
+def test_other_programs_run_from_their_files(pattern: str) -> None:
+    """Only a runtime known to copy itself is copied; one not found is left to fail
+    as it would."""
+    commands = commands_for(pattern)
+    commands.seal_programs(("RunTimeQuery",))
+    assert commands.sealed == {}
+    assert commands.command("RunTimeQuery") == pattern
+
+
+def test_a_runc_not_on_path_runs_as_named() -> None:
+    commands = commands_for("runc state x", path="/nonexistent")
+    commands.seal_programs(("RunTimeQuery",))
+    assert commands.sealed == {}
+    code, output = commands.run("RunTimeQuery")
+    assert code == 127 and "runc: not found" in output
