@@ -19,6 +19,7 @@ from bench.harness import (
     REPO,
     Result,
     Runtimes,
+    User,
     interleave,
     make_bundle,
     median,
@@ -83,17 +84,27 @@ def _ratio(name: str, mine: list[float], ref: list[float], unit: str, reference:
     return Result(name, median(mine), median(ref), unit, len(mine), ratio, reference, target, met)
 
 
-def _podman(runtime: str, *args: str, timeout: float = 120) -> tuple[float, int]:
-    return timed(["podman", "--runtime", runtime, *args], env=podman_env(), timeout=timeout)
+def _podman(runtime: str, *args: str, timeout: float = 120, user: User | None = None,
+            ) -> tuple[float, int]:
+    env = podman_env() if user is None else user.env()
+    return timed(["podman", "--runtime", runtime, *args], env=env, timeout=timeout, user=user)
 
 
 def podman_run(rt: Runtimes) -> list[Result]:
+    """root's podman (local backend and Slurm), and an ordinary user's rootless podman
+    through Slurm (rootless runc, theirs, as reference)."""
     results = []
-    for name, wrapper, target in (("podman-run-local", rt.local, "<= 1.25"),
-                                  ("podman-run-slurm", rt.slurm, "<= 1.5")):
-        mine, ref = interleave(
-            N, lambda w=wrapper: _podman(str(w), "run", "--rm", IMAGE, "/bin/true")[0],
-            lambda: _podman("runc", "run", "--rm", IMAGE, "/bin/true")[0])
+    for name, wrapper, target, user in (
+            ("podman-run-local", rt.local, "<= 1.25", None),
+            ("podman-run-slurm", rt.slurm, "<= 1.5", None),
+            ("podman-run-slurm-user", rt.users_slurm, "<= 1.5", rt.user)):
+        def run(runtime: str, user: User | None = user) -> float:
+            took, status = _podman(runtime, "run", "--rm", IMAGE, "/bin/true", user=user)
+            if status != 0:
+                sys.exit(f"bench: podman run with {runtime} failed (status {status})")
+            return took
+
+        mine, ref = interleave(N, lambda w=wrapper: run(str(w)), lambda: run("runc"))
         results.append(_ratio(name, mine, ref, "s", "podman with runc", target))
     return results
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import pwd
 import select
 import shutil
 import statistics
@@ -21,6 +22,9 @@ SCRUN = Path(sys.executable).parent / "scrun"
 TEST_HOME = Path(os.environ.get("PYSCRUN_TEST_HOME", "/srv/pyscrun-test"))
 IMAGE = "localhost/pyscrun-test:latest"
 QUICK = os.environ.get("BENCH_QUICK") == "1"
+# The ordinary user whose rootless podman the users' benchmarks drive (`make setup`,
+# scripts/users-setup.sh, makes it and its store with the image).
+BENCH_USER = "pyscrun-user"
 SHARED_TMP = Path("/srv/pyscrun-tmp")
 # runc in create/start mode (Slurm's other way to run a container): runc create passes
 # the container the node agent's pipes, where runc run copies them through its own.
@@ -51,16 +55,42 @@ def median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
 
+@dataclass(frozen=True)
+class User:
+    name: str
+    uid: int
+    gid: int
+    home: str
+
+    @classmethod
+    def named(cls, name: str) -> User:
+        try:
+            entry = pwd.getpwnam(name)
+        except KeyError:
+            sys.exit(f"bench: user {name} is missing: run `make setup` (scripts/users-setup.sh)")
+        return cls(name, entry.pw_uid, entry.pw_gid, entry.pw_dir)
+
+    def env(self) -> dict[str, str]:
+        """What a login gives the user (as the integration tests' users get)."""
+        return {"PATH": "/usr/bin:/bin", "HOME": self.home, "USER": self.name,
+                "XDG_RUNTIME_DIR": f"/run/user/{self.uid}",
+                "PODMAN_IGNORE_CGROUPSV1_WARNING": "1"}
+
+
 def timed(argv: Sequence[str], env: dict[str, str] | None = None, timeout: float = 120,
-          stdin: int | None = subprocess.DEVNULL) -> tuple[float, int]:
-    """Wall time and exit status of one command; output discarded.
+          stdin: int | None = subprocess.DEVNULL, user: User | None = None,
+          ) -> tuple[float, int]:
+    """Wall time and exit status of one command (as user, if given: no wrapper such as
+    runuser is timed with it); output discarded.
 
     Its end is heard through a pidfd: subprocess's own wait with a timeout polls, at
     intervals that double up to 50 ms, and would round every time up to its next poll
     (a 16 ms command would read 31.5 ms, a 0.37 s one 0.415 s)."""
     started = time.perf_counter()
+    as_user: dict[str, object] = {} if user is None else {
+        "user": user.uid, "group": user.gid, "extra_groups": [], "cwd": "/"}
     process = subprocess.Popen(list(argv), env=env, stdin=stdin, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL)
+                               stderr=subprocess.DEVNULL, **as_user)  # type: ignore[call-overload]
     pidfd = os.pidfd_open(process.pid)
     try:
         ended = select.select([pidfd], [], [], timeout)[0] and time.perf_counter()
@@ -105,23 +135,34 @@ class Runtimes:
         self.slurm_conf = self._cluster_up()
         self.slurm = self._wrapper("slurm", self.slurm_conf)
         self.slurm_create_start = self._wrapper("slurm-cs", self.slurm_conf, CREATE_START_OCI_CONF)
+        # The ordinary user's: in a directory of the user's on the cluster file system.
+        self.user = User.named(BENCH_USER)
+        self.user_dir = Path(tempfile.mkdtemp(prefix="pyscrun-bench-user.", dir=SHARED_TMP))
+        os.chown(self.user_dir, self.user.uid, self.user.gid)
+        self.users_slurm = self._wrapper("users-slurm", self.slurm_conf, base=self.user_dir)
 
     def _cluster_up(self) -> Path:
         done = subprocess.run(["bash", str(REPO / "scripts/cluster.sh"), "up", "1"],
                               capture_output=True, text=True, check=True)
         return Path(done.stdout.strip().splitlines()[-1].removeprefix("export SLURM_CONF="))
 
-    def _wrapper(self, name: str, slurm_conf: Path | None, oci_conf: str | None = None) -> Path:
-        conf_dir = self.dir / f"{name}-etc"
+    def _wrapper(self, name: str, slurm_conf: Path | None, oci_conf: str | None = None,
+                 base: Path | None = None) -> Path:
+        """A wrapper setting scrun's root and slurm.conf, in base (this run's dir, or a
+        user's, who then owns what scrun writes there)."""
+        base = base or self.dir
+        conf_dir = base / f"{name}-etc"
         conf_dir.mkdir()
         if oci_conf is not None:
             (conf_dir / "oci.conf").write_text(oci_conf)
         if slurm_conf is not None:
             (conf_dir / "slurm.conf").symlink_to(slurm_conf)
-        wrapper = self.dir / f"scrun-{name}"
-        wrapper.write_text(f"#!/bin/sh\nexec {SCRUN} --root {self.dir / (name + '-root')} "
+        wrapper = base / f"scrun-{name}"
+        wrapper.write_text(f"#!/bin/sh\nexec {SCRUN} --root {base / (name + '-root')} "
                            f"-f {conf_dir / 'slurm.conf'} \"$@\"\n")
         wrapper.chmod(0o755)
+        if base != self.dir:
+            os.chown(conf_dir, *base_owner(base))
         return wrapper
 
     def node_oci_conf(self, text: str | None) -> None:
@@ -138,6 +179,12 @@ class Runtimes:
                        check=False)
         shutil.rmtree(self.dir, ignore_errors=True)
         shutil.rmtree(self.shared, ignore_errors=True)
+        shutil.rmtree(self.user_dir, ignore_errors=True)
+
+
+def base_owner(base: Path) -> tuple[int, int]:
+    stat = base.stat()
+    return stat.st_uid, stat.st_gid
 
 
 def make_bundle(base: Path, args: Sequence[str]) -> Path:
