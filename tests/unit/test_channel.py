@@ -302,3 +302,55 @@ def test_the_channels_hmac_is_hmac_sha256(key: bytes, message: bytes) -> None:
     import hmac
 
     assert auth.hmac_sha256(key, message) == hmac.digest(key, message, "sha256")
+
+
+
+def _last_report_after_unread_orders(hang_up: bool) -> list[dict[str, object]] | str:
+    """An agent with an order it never read sends output, then its exit report, and
+    ends while some of that is still on its way (the anchor reads slowly); the anchor
+    closes once it has the report: the messages it got, or its error."""
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    agent_sock = socket.create_connection(listener.getsockname()[:2])
+    anchor_sock, _ = listener.accept()
+    listener.close()
+    anchor_sock.sendall(frames.message({"op": "report-running"}))
+    got: list[list[dict[str, object]] | str] = []
+
+    def anchor() -> None:
+        threading.Event().wait(0.2)  # the agent has closed (or hung up) by now
+        reader, said = frames.FrameReader(), []
+        try:
+            while not any(m.get("event") == "exit" for m in said):
+                data = anchor_sock.recv(4096)
+                if not data:
+                    break
+                said += peer.messages(reader.feed(data))
+            got.append(said)
+        except OSError as err:
+            got.append(err.strerror or str(err))
+        finally:
+            anchor_sock.close()
+
+    reading = threading.Thread(target=anchor)
+    reading.start()
+    agent = peer.Peer(agent_sock, b"secret")
+    for _ in range(8):
+        agent.send(frames.frame(frames.STDOUT, b"x" * 32768))
+    agent.send(frames.message({"event": "exit", "status": 3}))
+    assert agent.flush_blocking(5)
+    if hang_up:
+        agent.hang_up(5)
+    agent.close()
+    reading.join()
+    return got[0]
+
+
+def test_an_agent_that_hangs_up_delivers_its_last_report_despite_unread_orders() -> None:
+    """A plain close with an order still unread resets the connection, and what was
+    still on its way, the report included, is lost; hanging up waits for the anchor
+    to close first."""
+    assert _last_report_after_unread_orders(hang_up=False) == "Connection reset by peer"
+    assert _last_report_after_unread_orders(hang_up=True) == [{"event": "exit", "status": 3}]

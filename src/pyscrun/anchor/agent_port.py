@@ -130,6 +130,9 @@ class AgentPort:
                 link.receiver.begin(message)
             else:
                 self.on_event(link, message)
+                if link.reported_exit:
+                    # Its last word: the agent waits for this end to close.
+                    self._drop(link)
 
     def _hello(self, link: AgentLink, message: dict[str, Any]) -> None:
         op = message.get("op")

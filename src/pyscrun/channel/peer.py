@@ -116,6 +116,26 @@ class Peer:
         """Send one message, waiting up to timeout until it is on its way."""
         return self.send(frames.message(content)) and self.flush_blocking(timeout)
 
+    def hang_up(self, timeout: float) -> None:
+        """Say no more, then read and drop what the other end still sends until it
+        closes (up to timeout): a close with unread data would reset the connection,
+        and the other end could lose what it had not read yet."""
+        try:
+            self.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            return  # already gone
+        deadline = time.monotonic() + timeout
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.sock, selectors.EVENT_READ)
+            while (left := deadline - time.monotonic()) > 0 and selector.select(left):
+                try:
+                    if not self.sock.recv(RECEIVE_SIZE):
+                        return
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    return
+
     def close(self) -> None:
         self.sock.close()
 

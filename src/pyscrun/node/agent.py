@@ -340,6 +340,9 @@ class Agent(ContainerModes):
         self.control.send(frames.message({"event": "exit", "status": status}))
         if not self.control.flush_blocking(REPORT_TIMEOUT):
             return status
+        # An order that came after the container's end (report-running, say) is
+        # still to be read: the anchor closes once it has the status.
+        self.control.hang_up(REPORT_TIMEOUT)
         return 0
 
 
