@@ -78,6 +78,10 @@ class Agents:
         connected once their step is over (about to be killed with it)."""
         return self.lost + sum(not agent.reported_exit for agent in self.connected)
 
+    def all_reported(self) -> bool:
+        """Every task of the step has said how its container ended."""
+        return self.tasks > 0 and not self.lost and len(self.exit_statuses) >= self.tasks
+
     def kill(self, signum: int, every: bool = False) -> None:
         """Order every agent to signal its container's init (every: each of its
         processes, as `kill --all`); agents yet to come get it too."""

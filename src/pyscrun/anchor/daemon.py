@@ -20,7 +20,7 @@ from pyscrun.anchor import console
 from pyscrun.anchor.agent_port import AgentPort
 from pyscrun.anchor.agents import AgentLink, Agents
 from pyscrun.anchor.control import Connection, ControlSocket
-from pyscrun.anchor.launch import Launch
+from pyscrun.anchor.ending import DRAIN_TIMEOUT, Ending, wait_status
 from pyscrun.anchor.spawn import CreateRequest, write_all
 from pyscrun.anchor.staging import Staging
 from pyscrun.anchor.stdio import HIGH_WATER, CallerStdio
@@ -34,10 +34,8 @@ from pyscrun.oci.state import (
     CREATED,
     PAUSED,
     RUNNING,
-    STOPPED,
     ContainerState,
     process_start_time,
-    shell_status,
 )
 from pyscrun.watch import watch
 
@@ -51,12 +49,9 @@ _TERMINATING_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # Once no node agent is left and one of them went without reporting its container's
 # end (killed, or its node died), how long the launcher may take to notice.
 AGENT_LOST_GRACE = 10.0
-# Once the step ended, how long its agents' last frames (output, status) may take to
-# arrive, and the caller to take the output.
-DRAIN_TIMEOUT = 10.0
 
 
-class Anchor(Launch):
+class Anchor(Ending):
     def __init__(self, request: CreateRequest) -> None:
         self.request = request
         self.store = request.store
@@ -271,33 +266,12 @@ class Anchor(Launch):
             assert self.step is not None
             self.selector.unregister(key.fileobj)
             os.close(key.fd)
-            self.step_status = _wait(self.step.pid)
+            self.step_status = wait_status(self.step.pid)
             # The agents' last frames (output, then status) may still be on their way.
             self.drain_deadline = time.monotonic() + DRAIN_TIMEOUT
         elif isinstance(data, ControlSocket | Connection):
             assert self.control is not None
             self.control.ready(data)
-
-    def _end_if_drained(self) -> None:
-        """Once the step ended and its agents have said all (or no longer may): the
-        container's status."""
-        if self.step_status is None or self.exit_status is not None:
-            return
-        if self.state.status == CREATED and not self.agents.killed():
-            # Launched at create, the step ended by itself before the start (an agent's
-            # error, its node lost): the container ends when it is started, as then.
-            self.drain_deadline = None
-            return
-        streaming = self.stdio is not None and self.stdio.streams
-        if ((self.agents.connected or streaming) and self.drain_deadline is not None
-                and time.monotonic() < self.drain_deadline):
-            return
-        # Agents report their container's status and exit 0. A task that did not
-        # report was killed: srun says so in its own status, unless it gave up
-        # waiting for the step to end (its status is then 0).
-        lost = [128 + signal.SIGKILL] if self.agents.unreported() else []
-        self.exit_status = max([self.step_status, *self.agents.exit_statuses, *lost])
-        self._report_ready(f"restore failed: {self.agents.last_error or 'the step ended'}")
 
     def _agent_stream(self, sock: socket.socket, kind: int) -> bool:
         """A task's output stream to take; False if none is wanted."""
@@ -328,63 +302,3 @@ class Anchor(Launch):
             deadline = time.monotonic() + AGENT_LOST_GRACE
             if self.kill_deadline is None or deadline < self.kill_deadline:
                 self.kill_deadline = deadline
-
-    # -- the end -----------------------------------------------------------------------
-    def _remove_restore_probe(self) -> None:
-        if self.restore_probe:
-            from pyscrun.anchor.checkpointing import remove_probe
-
-            remove_probe(self.restore_probe)
-            self.restore_probe = ""
-
-    def _release(self) -> None:
-        self._remove_restore_probe()
-        if self.bundle_probe:
-            from pyscrun.anchor.checkpointing import remove_probe
-
-            remove_probe(self.bundle_probe)
-            self.bundle_probe = ""
-        if self.shipment is not None:
-            self.shipment.remove()
-        if self.allocation is not None:
-            try:
-                self.backend.release(self.site, self.allocation)
-            except ScrunError as err:
-                log.current.error(f"releasing job {self.allocation.job_id}: {err}")
-            self.allocation = None
-        if self.control is not None:
-            self.control.close()
-            self.control = None
-        if self.agent_port is not None:
-            self.agent_port.close()
-            self.agent_port = None
-
-    def _finish(self, status: int) -> int:
-        if self.stdio is not None:
-            watch(self.selector, self.stdio.wake_fd, 0, "streams")
-            # All the container's output reaches the caller before its status does.
-            self.stdio.finish(DRAIN_TIMEOUT)
-            self.stdio = None
-        if self.allocation is not None and not self.allocation.queued:
-            self.staging.stage_out(self.allocation)
-        self.state.status = STOPPED
-        self.state.exit_status = status
-        self.state.ended = time.time()
-        try:
-            self.store.save(self.state)
-        except ScrunError as err:
-            log.current.error(str(err))
-        for client, reply in self.stopped_waiters:
-            client.send(reply)
-        self._give_waiting_orders()
-        self._release()
-        return status
-
-
-def _wait(pid: int) -> int:
-    """Exit status of a child the way a shell reports it (128+N for signal N)."""
-    try:
-        _, status = os.waitpid(pid, 0)
-    except ChildProcessError:
-        return 255
-    return shell_status(status)

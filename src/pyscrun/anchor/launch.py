@@ -77,7 +77,7 @@ class Launch(Orders):
             self.agents.ask_running()
             if self.stdio is not None:
                 for kind, sock in self.launcher_output.items():
-                    self.stdio.take(sock, kind)
+                    self.stdio.take(sock, kind, launcher=True)
             self.launcher_output = {}
             return True
         if self.allocation.queued:

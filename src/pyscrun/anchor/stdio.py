@@ -102,6 +102,14 @@ class Sink:
                 return
             view = view[written:]
 
+    def let_go(self) -> None:
+        """Its reader sees its end now: the descriptor stays open (a thread may still
+        write to it) but leads nowhere, and what comes is dropped."""
+        self.gone = True
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, self.sock.fileno() if self.sock is not None else self.fd)
+        os.close(null)
+
     def close(self) -> None:
         if self.sock is not None:
             self.sock.close()
@@ -121,13 +129,19 @@ class CallerStdio:
         self.sinks = {frames.STDOUT: Sink(os.dup(1)), frames.STDERR: Sink(os.dup(2))}
         self.stdin_fd = os.dup(0)
         self.streams: list[streams.Mover] = []
+        # Those of them that carry what the step's launcher (srun) itself says: they
+        # end only with it.
+        self.launcher_streams: list[streams.Mover] = []
         # Written by a stream's thread at its end, read by the anchor's loop.
         self.wake_fd, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
 
-    def take(self, sock: socket.socket, kind: int) -> None:
-        """A task's output stream (kind: frames.STDOUT or STDERR), from now on."""
+    def take(self, sock: socket.socket, kind: int, launcher: bool = False) -> None:
+        """A task's output stream (kind: frames.STDOUT or STDERR), or the launcher's
+        own output of that kind, from now on."""
         stream = stream_into(self.sinks[kind], sock, self._wake)
         self.streams.append(stream)
+        if launcher:
+            self.launcher_streams.append(stream)
         stream.thread.start()
 
     def _wake(self) -> None:
@@ -146,7 +160,12 @@ class CallerStdio:
         for stream in [s for s in self.streams if s.ended]:
             stream.thread.join()
             stream.sock.close()
-            self.streams.remove(stream)
+            self._forget(stream)
+
+    def _forget(self, stream: streams.Mover) -> None:
+        self.streams.remove(stream)
+        if stream in self.launcher_streams:
+            self.launcher_streams.remove(stream)
 
     def read_stdin(self) -> bytes | None:
         """What the caller wrote to stdin (it was readable): b"" at its end, None if
@@ -163,13 +182,27 @@ class CallerStdio:
             os.close(self.stdin_fd)
             self.stdin_fd = -1
 
+    def finish_tasks(self, timeout: float) -> None:
+        """Let the tasks' streams end (up to timeout), the launcher's left running."""
+        deadline = time.monotonic() + timeout
+        for stream in [s for s in self.streams if s not in self.launcher_streams]:
+            stream.finish(deadline)
+            self._forget(stream)
+
+    def let_go_of_caller(self) -> None:
+        """The caller's output descriptors reach their end while the launcher's streams
+        may still run: what it says from now on is dropped."""
+        for sink in self.sinks.values():
+            sink.let_go()
+
     def finish(self, timeout: float) -> None:
         """Let the streams end (up to timeout: a caller that stopped reading, or an
         agent that never ended its stream), then let go of the caller's descriptors."""
+        self.finish_tasks(timeout)
         deadline = time.monotonic() + timeout
-        for stream in self.streams:
+        for stream in list(self.streams):
             stream.finish(deadline)
-        self.streams.clear()
+            self._forget(stream)
         for sink in self.sinks.values():
             sink.close()
         self.close_stdin()

@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 
 # How long delete waits for the anchor to wind down after ordering the kill.
 DELETE_TIMEOUT = 30.0
+# How long delete waits for an anchor that recorded the container's end to give its job
+# back; one that takes longer (slurmctld away) is left to finish it.
+RELEASE_WAIT = 5.0
 # How long an ended stand-in may stay a zombie before its parent (conmon) reaps it.
 REAP_TIMEOUT = 2.0
 # How long after a container's end a kill counts as racing it (and succeeds) rather
@@ -298,5 +301,9 @@ def delete(ctx: Context) -> int:
         from pyscrun.conf import site
 
         backends.get(state.backend).cleanup_orphan(site.load(ctx.slurm_conf), state)
+    else:
+        # Its step may still be ending and its job being given back (podman learns of
+        # the end before that): what create made is gone when delete returns.
+        _wait_gone(state.pid, state.pid_start, RELEASE_WAIT)
     store.remove(state.id)
     return 0

@@ -1,0 +1,160 @@
+"""How a container ends: its status once its step ended and its agents said all (or
+once every task reported, before the step ended), the output drained, stage_out, the
+state recorded, the stand-in told, and the job given back.
+
+A base of the anchor (anchor/daemon.py), which holds the state it works on."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import time
+
+from pyscrun import log
+from pyscrun.anchor.launch import Launch
+from pyscrun.errors import ScrunError
+from pyscrun.oci.state import CREATED, STOPPED, shell_status
+from pyscrun.watch import watch
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pyscrun.anchor.control import ControlSocket
+
+# Once the step ended, how long its agents' last frames (output, status) may take to
+# arrive, and the caller to take the output.
+DRAIN_TIMEOUT = 10.0
+# Once every task reported its container's end, how long the step may take to end by
+# itself (its agents remove what is left of their containers first).
+STEP_END_GRACE = 10.0
+
+
+class Ending(Launch):
+    # What the anchor holds (anchor/daemon.py), beside what Launch uses.
+    step_status: int | None
+    drain_deadline: float | None
+    ready_fd: int | None
+    restore_probe: str
+    control: ControlSocket | None
+
+    def _end_if_drained(self) -> None:
+        """Once the step ended and its agents have said all (or no longer may), or every
+        task has reported its container's end: the container's status."""
+        if self.exit_status is not None:
+            return
+        if self.step_status is None:
+            if self._ended_before_step():
+                self.exit_status = max(self.agents.exit_statuses)
+            return
+        if self.state.status == CREATED and not self.agents.killed():
+            # Launched at create, the step ended by itself before the start (an agent's
+            # error, its node lost): the container ends when it is started, as then.
+            self.drain_deadline = None
+            return
+        streaming = self.stdio is not None and self.stdio.streams
+        if ((self.agents.connected or streaming) and self.drain_deadline is not None
+                and time.monotonic() < self.drain_deadline):
+            return
+        # Agents report their container's status and exit 0. A task that did not
+        # report was killed: srun says so in its own status, unless it gave up
+        # waiting for the step to end (its status is then 0).
+        lost = [128 + signal.SIGKILL] if self.agents.unreported() else []
+        self.exit_status = max([self.step_status, *self.agents.exit_statuses, *lost])
+        self._report_ready(f"restore failed: {self.agents.last_error or 'the step ended'}")
+
+    def _ended_before_step(self) -> bool:
+        """Every task of the started container reported its end, each after all of its
+        output, while the step still runs: podman may learn of the end before the step
+        has ended and the job is given back (_finish), unless a scrun.lua stage_out
+        must first run after the step."""
+        return (self.step is not None and self.state.status != CREATED
+                and self.ready_fd is None and self.staging.hooks is None
+                and self.agents.all_reported())
+
+    def _remove_restore_probe(self) -> None:
+        if self.restore_probe:
+            from pyscrun.anchor.checkpointing import remove_probe
+
+            remove_probe(self.restore_probe)
+            self.restore_probe = ""
+
+    def _release(self) -> None:
+        self._remove_restore_probe()
+        if self.bundle_probe:
+            from pyscrun.anchor.checkpointing import remove_probe
+
+            remove_probe(self.bundle_probe)
+            self.bundle_probe = ""
+        if self.shipment is not None:
+            self.shipment.remove()
+        if self.allocation is not None:
+            try:
+                self.backend.release(self.site, self.allocation)
+            except ScrunError as err:
+                log.current.error(f"releasing job {self.allocation.job_id}: {err}")
+            self.allocation = None
+        if self.control is not None:
+            self.control.close()
+            self.control = None
+        if self.agent_port is not None:
+            self.agent_port.close()
+            self.agent_port = None
+
+    def _finish(self, status: int) -> int:
+        before_step = self.step is not None and self.step_status is None
+        if self.stdio is not None:
+            watch(self.selector, self.stdio.wake_fd, 0, "streams")
+            # All the container's output reaches the caller before its status does.
+            self.stdio.finish_tasks(DRAIN_TIMEOUT)
+            if before_step:
+                # conmon reads its pipes to their end before it reports the status:
+                # they end now, and what srun may still say at its end goes nowhere.
+                self.stdio.let_go_of_caller()
+            else:
+                self._finish_stdio()
+        if self.allocation is not None and not self.allocation.queued:
+            self.staging.stage_out(self.allocation)
+        self.state.status = STOPPED
+        self.state.exit_status = status
+        self.state.ended = time.time()
+        try:
+            self.store.save(self.state)
+        except ScrunError as err:
+            log.current.error(str(err))
+        for client, reply in self.stopped_waiters:
+            client.send(reply)
+        self._give_waiting_orders()
+        if before_step:
+            # Ended before its step: podman has the status now, and delete waits for
+            # the job to be given back.
+            self.stand_in.exit(status)
+            self._await_step()
+            self._finish_stdio()
+        self._release()
+        return status
+
+    def _finish_stdio(self) -> None:
+        if self.stdio is not None:
+            self.stdio.finish(DRAIN_TIMEOUT)
+            self.stdio = None
+
+    def _await_step(self) -> None:
+        """The step ends by itself within STEP_END_GRACE or its launcher is killed: no
+        step of the container's outlives its job."""
+        assert self.step is not None
+        pidfd = os.pidfd_open(self.step.pid)
+        try:
+            if not select.select([pidfd], [], [], STEP_END_GRACE)[0]:
+                self._force_stop()
+        finally:
+            os.close(pidfd)
+        self.step_status = wait_status(self.step.pid)
+
+
+def wait_status(pid: int) -> int:
+    """Exit status of a child the way a shell reports it (128+N for signal N)."""
+    try:
+        _, status = os.waitpid(pid, 0)
+    except ChildProcessError:
+        return 255
+    return shell_status(status)
