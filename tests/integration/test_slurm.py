@@ -21,6 +21,7 @@ from tests.integration.harness import (
     hangs_and_failures,
     make_bundle,
     podman,
+    processes_mentioning,
     slurm,
     wait_for,
 )
@@ -42,6 +43,23 @@ def test_container_runs_as_a_job_and_sees_its_variables(users_slurm_runtime: Run
     record = _job_record(users_slurm_runtime.slurm_conf.resolve(), job.group(1))
     assert record["JobName"] == "scrun"
     assert record["JobState"] in ("COMPLETED", "COMPLETING")  # given back, not cancelled
+
+
+@pytest.mark.parametrize("pid_namespace", [[], ["--pid=host"]], ids=["own", "host"])
+def test_a_background_process_ends_with_the_container(users_slurm_runtime: Runtime,
+                                                      pid_namespace: list[str]) -> None:
+    """A process the container left in the background ends with it, before podman has
+    the status: with a pid namespace of its own the init's end takes it, with the
+    node's the runtime's delete does. podman gets the output and the status at once,
+    not when the background process would have let go of stdout."""
+    background = f"sleep {7000 + len(pid_namespace) * 100 + os.getpid() % 100}"
+    started = time.monotonic()
+    done = podman(users_slurm_runtime, "run", "--rm", *pid_namespace, IMAGE, "sh", "-c",
+                  f"{background} & echo hi; exit 4", timeout=60)
+    took = time.monotonic() - started
+    assert (done.returncode, done.stdout) == (4, b"hi\n"), done.stderr
+    assert took < 8, f"podman waited {took:.1f} s for the background process"
+    assert processes_mentioning(background) == []
 
 
 @pytest.mark.nodes(3)

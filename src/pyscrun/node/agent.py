@@ -26,7 +26,7 @@ from pyscrun.errors import ScrunError
 from pyscrun.node import processes, shipped, userns
 from pyscrun.node.guard import Guard
 from pyscrun.node.modes import ContainerModes
-from pyscrun.node.runtime import RuntimeCommands
+from pyscrun.node.runtime import RuntimeCommands, delete_ended
 from pyscrun.node.stdio import ContainerStdio
 from pyscrun.node.task import Task, TaskIdentity, settle_runtime_dir
 from pyscrun.watch import watch
@@ -53,6 +53,8 @@ class Agent(ContainerModes):
         self.control: peer.Peer | None = None
         self.stdio: ContainerStdio | None = None
         self.task_dir: Path | None = None
+        self.own_pid_namespace = False
+        self.delete_after_report: RuntimeCommands | None = None
         self.commands: RuntimeCommands | None = None
         self.process: subprocess.Popen[bytes] | None = None
         # The runtime process waited for: the shell that runs RunTimeRun or
@@ -308,6 +310,7 @@ class Agent(ContainerModes):
                 task.source = shipped.fetch(self.control, task.shipped_dir, self._handle)
             self.commands = commands = task.prepare(self.derived_commands(""),
                                                     self._start_guard(task))
+            self.own_pid_namespace = task.own_pid_namespace
             commands.seal_programs(_BRINGING_UP)
             # After the guard started: it must not be adopted back.
             processes.set_child_subreaper()
@@ -320,11 +323,14 @@ class Agent(ContainerModes):
                 except ScrunError as err:
                     log.current.error(f"the container's changes to its rootfs stay on "
                                       f"{self.ident.node}: {err}")
+            reported = self._report_exit(status)
         finally:
+            if self.delete_after_report is not None:
+                delete_ended(self.delete_after_report)
             task.cleanup()
             if self.guard is not None:
                 self.guard.stand_down()
-        return self._report_exit(status)
+        return reported
 
     def _report_exit(self, status: int) -> int:
         """Tell the anchor the container's status, after the last of its output; the

@@ -36,6 +36,9 @@ class ContainerModes(AgentOrders):
     running_reported: bool
     preserve_fds: int
     guard: Guard | None
+    own_pid_namespace: bool
+    # A container whose init has ended, deleted only once its end is reported.
+    delete_after_report: RuntimeCommands | None
 
     def wait_for(self, pid: int) -> int:
         raise NotImplementedError
@@ -181,8 +184,17 @@ class ContainerModes(AgentOrders):
             else:
                 status = self.create_start_mode(commands)
         finally:
+            if status is not None and not self.own_pid_namespace:
+                # Its init's end ended nothing else of it: what it left, adopted by
+                # this agent, ends now, holding its output no longer (the runtime's
+                # delete cannot always do it: rootless runc without a cgroup).
+                processes.end_adopted()
             if status is None:
                 stop_and_delete(commands)
+            elif waits_for_init and self.own_pid_namespace:
+                # Nothing of it is left to hold its output or to end: the runtime's
+                # delete can wait until the anchor has the status.
+                self.delete_after_report = commands
             elif waits_for_init:
                 delete_ended(commands)
             elif not self.ended_by_itself:

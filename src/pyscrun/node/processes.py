@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import time
 
 from pyscrun.oci.state import process_start_time, shell_status
 
@@ -52,6 +54,24 @@ def descendants(pid: int) -> list[int]:
         found += below
         parents += below
     return found
+
+
+def end_adopted(timeout: float = 5.0) -> None:
+    """Kill every process below this one and reap them: what a container left behind
+    when its init ended, adopted by this subreaper. Again while new ones appear (one
+    may have forked meanwhile), up to timeout."""
+    deadline = time.monotonic() + timeout
+    while (left := descendants(os.getpid())) and time.monotonic() < deadline:
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for pid in children():
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
 
 
 def set_child_subreaper() -> None:

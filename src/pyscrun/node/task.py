@@ -87,6 +87,9 @@ class Task:
         self.shipped_dir = self.step_dir / f"bundle-{ident.task_id}"
         self.env = env
         self.terminal = os.isatty(0)
+        # Whether the container's init is pid 1 of a pid namespace of its own: its end
+        # then ends every process of the container (unknown without config.json).
+        self.own_pid_namespace = False
 
     def prepare(self, more_patterns: dict[str, str],
                 planned: Callable[[RuntimeCommands], None] | None = None) -> RuntimeCommands:
@@ -110,6 +113,9 @@ class Task:
                 container=(ident.container_id, str(ident.bundle)),
             )
             files["config.json"] = jsonc.dumps(config).encode()
+            self.own_pid_namespace = any(
+                ns.get("type") == "pid" and not ns.get("path")
+                for ns in (config.get("linux") or {}).get("namespaces") or [])
             bundle_dir, rootfs = self.dir, Path(config["root"]["path"])
             args = config["process"]["args"]
             env_entries = config["process"]["env"]
