@@ -99,7 +99,10 @@ class StandIn:
         self._ask(f"join {pid}")
 
     def exit(self, status: int) -> None:
-        """Exit with the container's status: what conmon reports to podman."""
+        """Exit with the container's status: what conmon reports to podman. Said once:
+        the anchor may tell it before the step has ended, and again at its own end."""
+        if self.orders_fd < 0:
+            return
         try:
             os.write(self.orders_fd, f"exit {status & 0xFF}\n".encode())
         except OSError:

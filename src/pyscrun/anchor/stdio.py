@@ -198,7 +198,6 @@ class CallerStdio:
     def finish(self, timeout: float) -> None:
         """Let the streams end (up to timeout: a caller that stopped reading, or an
         agent that never ended its stream), then let go of the caller's descriptors."""
-        self.finish_tasks(timeout)
         deadline = time.monotonic() + timeout
         for stream in list(self.streams):
             stream.finish(deadline)

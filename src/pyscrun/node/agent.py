@@ -53,7 +53,6 @@ class Agent(ContainerModes):
         self.control: peer.Peer | None = None
         self.stdio: ContainerStdio | None = None
         self.task_dir: Path | None = None
-        self.own_pid_namespace = False
         self.delete_after_report: RuntimeCommands | None = None
         self.commands: RuntimeCommands | None = None
         self.process: subprocess.Popen[bytes] | None = None
@@ -310,13 +309,12 @@ class Agent(ContainerModes):
                 task.source = shipped.fetch(self.control, task.shipped_dir, self._handle)
             self.commands = commands = task.prepare(self.derived_commands(""),
                                                     self._start_guard(task))
-            self.own_pid_namespace = task.own_pid_namespace
             commands.seal_programs(_BRINGING_UP)
             # After the guard started: it must not be adopted back.
             processes.set_child_subreaper()
             status = self._hold()
             if status is None:
-                status = self._run_container(commands)
+                status = self._run_container(commands, task.own_pid_namespace)
             if task.source != self.ident.bundle and self.ident.task_id == "0":
                 try:
                     shipped.send_back(self.control, task.shipped_dir)

@@ -36,7 +36,6 @@ class ContainerModes(AgentOrders):
     running_reported: bool
     preserve_fds: int
     guard: Guard | None
-    own_pid_namespace: bool
     # A container whose init has ended, deleted only once its end is reported.
     delete_after_report: RuntimeCommands | None
 
@@ -166,8 +165,9 @@ class ContainerModes(AgentOrders):
         self._report_running()
         return self.wait_for(pid)
 
-    def _run_container(self, commands: RuntimeCommands) -> int:
-        """Bring the container up in the way the configuration says; its exit status."""
+    def _run_container(self, commands: RuntimeCommands, own_pid_namespace: bool) -> int:
+        """Bring the container up in the way the configuration says; its exit status.
+        own_pid_namespace: its init is pid 1 of a pid namespace of its own."""
         restore = self.env.get("PYSCRUN_AGENT_RESTORE")
         detached = (not restore and self.conf.run_mode and self.stdio is not None
                     and commands.copies_output("RunTimeRun"))
@@ -184,14 +184,14 @@ class ContainerModes(AgentOrders):
             else:
                 status = self.create_start_mode(commands)
         finally:
-            if status is not None and not self.own_pid_namespace:
+            if status is not None and not own_pid_namespace:
                 # Its init's end ended nothing else of it: what it left, adopted by
                 # this agent, ends now, holding its output no longer (the runtime's
                 # delete cannot always do it: rootless runc without a cgroup).
                 processes.end_adopted()
             if status is None:
                 stop_and_delete(commands)
-            elif waits_for_init and self.own_pid_namespace:
+            elif waits_for_init and own_pid_namespace:
                 # Nothing of it is left to hold its output or to end: the runtime's
                 # delete can wait until the anchor has the status.
                 self.delete_after_report = commands
