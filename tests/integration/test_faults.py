@@ -241,8 +241,9 @@ def test_slurmctld_restarted_while_a_container_runs(cluster: Cluster, tmp_path: 
 
 def test_slurmctld_away_when_the_container_ends(cluster: Cluster, tmp_path: Path,
                                                 gate: Path) -> None:
-    """The exit code arrives, and the job is given back once slurmctld is there again
-    (salloc cannot give it back and says so; the anchor then cancels it, retrying).
+    """The exit code arrives, and the job is given back once slurmctld is there again,
+    possibly after podman has returned (salloc cannot give it back and says so; the
+    anchor then cancels it, retrying).
     Slurm's own slurmstepd keeps the job completing for a minute more (it retries the
     step's completion): the node is restarted at the end rather than waited for."""
     # slurmstepd retries the step's completion for a minute, holding the job in
@@ -256,7 +257,8 @@ def test_slurmctld_away_when_the_container_ends(cluster: Cluster, tmp_path: Path
         finally:
             start_slurmctld(conf)
         _assert_gated_end(run, 150)
-        assert job_state(conf, job) != "RUNNING"
+        # podman returns with the exit code; the anchor may still be giving the job back.
+        wait_for(lambda: job_state(conf, job) != "RUNNING", 150, "the job to be given back")
 
 
 def test_delete_while_slurmctld_is_away_leaves_the_anchor_to_give_the_job_back(
