@@ -176,8 +176,8 @@ def stdout_throughput(rt: Runtimes) -> list[Result]:
 
     results = []
     runs = 2 if QUICK else 3
-    # Through Slurm in both oci.conf modes: in run mode (the built-in oci.conf, Slurm's
-    # example) runc run copies the container's stdio through pipes of its own first.
+    # Through Slurm in both oci.conf modes: run mode (the built-in oci.conf, Slurm's
+    # example; runc run detached) and create/start mode.
     for name, wrapper, node_conf in (
             ("stdout-throughput-slurm", rt.slurm, None),
             ("stdout-throughput-slurm-create-start", rt.slurm_create_start, CREATE_START_OCI_CONF),

@@ -26,8 +26,7 @@ QUICK = os.environ.get("BENCH_QUICK") == "1"
 # scripts/users-setup.sh, makes it and its store with the image).
 BENCH_USER = "pyscrun-user"
 SHARED_TMP = Path("/srv/pyscrun-tmp")
-# runc in create/start mode (Slurm's other way to run a container): runc create passes
-# the container the node agent's pipes, where runc run copies them through its own.
+# runc in create/start mode (Slurm's other way to run a container).
 CREATE_START_OCI_CONF = "".join(
     f'{directive}="runc {verb} %n.%u.%j.%s.%t"\n' for directive, verb in (
         ("RunTimeQuery", "state"), ("RunTimeCreate", "create --bundle %b"),

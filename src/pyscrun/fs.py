@@ -33,6 +33,32 @@ def remove_tree(path: str, dir_fd: int | None = None) -> None:
         pass
 
 
+def remove_beneath(root: str, relative: str) -> None:
+    """root/relative and all below it, reached through no symlink: where one of the
+    directories above it is a link (or gone), nothing is removed. ValueError for a
+    path that would climb out of root."""
+    parts = relative.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        raise ValueError(f"{relative!r} is not a path below the root")
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for part in parts[:-1]:
+            try:
+                below = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except OSError:
+                return
+            os.close(fd)
+            fd = below
+        try:
+            os.unlink(parts[-1], dir_fd=fd)
+        except IsADirectoryError:
+            remove_tree(parts[-1], fd)
+        except FileNotFoundError:
+            pass
+    finally:
+        os.close(fd)
+
+
 def which(program: str, path: str | None) -> str | None:
     """Where program is found on path (a PATH value; this process's PATH if None), as
     shutil.which finds it: an executable file; a name with a slash is taken as is."""

@@ -95,19 +95,32 @@ def test_stdin_reaches_container(dockerd: Dockerd, docker_runtime: Runtime) -> N
 
 def test_what_the_container_changes_in_its_rootfs_stays_its_own(
         dockerd: Dockerd, docker_runtime: Runtime) -> None:
-    """Through Slurm the rootfs is shipped to the node and comes back once the container
-    has ended: docker diff and docker cp see what it made and removed, as with runc."""
+    """Through Slurm the rootfs is shipped to the node and what the container changed
+    there comes back once it has ended: docker diff and docker cp see what it made and
+    removed, as with runc, and a container of the committed image sees owners, modes
+    and links; a directory replaced by a link is a link, and where it points is
+    untouched."""
     name = f"d{uuid.uuid4().hex[:8]}"
+    tag = f"pyscrun-changed-{name}"
     done = dockerd.docker(*RUN, "--name", name, IMAGE, "sh", "-c",
-                          "echo made here > /made; rm /bin/ls")
+                          "echo made here > /made && ln /made /tmp/made-link && rm /bin/ls"
+                          " && mkdir -p /d/e && echo x > /d/e/f && chown 5:6 /d/e/f"
+                          " && chmod 640 /d/e/f && rm -rf /var && ln -s /etc /var")
     try:
         assert done.returncode == 0, done.stderr
         changed = dockerd.docker("diff", name).stdout.decode().splitlines()
-        assert "A /made" in changed and "D /bin/ls" in changed, changed
+        assert {"A /made", "D /bin/ls", "A /d/e/f"} <= set(changed), changed
         copied = dockerd.docker("cp", f"{name}:/made", "-")
         assert b"made here" in copied.stdout, copied.stderr
+        assert dockerd.docker("commit", name, tag).returncode == 0
+        seen = dockerd.docker(*RUN, "--rm", tag, "sh", "-c",
+                              "stat -c '%h %u:%g %a' /made /d/e/f; test -e /bin/ls || echo"
+                              " ls gone; readlink /var; head -c 5 /etc/passwd")
+        assert seen.stdout.decode().splitlines() == [
+            "2 0:0 644", "1 5:6 640", "ls gone", "/etc", "root:"], seen.stderr
     finally:
         dockerd.docker("rm", "-f", name)
+        dockerd.docker("rmi", "-f", tag)
 
 
 def _run_detached(dockerd: Dockerd, *command: str) -> str:

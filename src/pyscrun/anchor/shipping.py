@@ -14,10 +14,11 @@ gets, over the channel:
     mounts/N      each bind-mounted regular file up to 1 MiB (hosts, hostname,
                   resolv.conf), and mounts/owners.json: each one's mode, uid and gid
 
-Once the container has ended, task 0's agent sends its rootfs back as one archive,
-and the anchor puts it in place over the rootfs here (`rsync --delete`): what the
-container changed, made or removed there is seen by `podman diff`, `docker commit` or
-a build's next step, as if it had run here. The other tasks' copies are dropped.
+Once the container has ended, task 0's agent sends back what the container changed in
+its copy (node/rootfs_changes.py): the new and changed entries as one archive, put in
+place over the rootfs here (rsync), and the removed ones as a list, removed here. What
+the container changed, made or removed is seen by `podman diff`, `docker commit` or a
+build's next step, as if it had run here. The other tasks' copies are dropped.
 
 Where the node sees the bundle (the cluster file system) nothing moves.
 """
@@ -30,7 +31,8 @@ from pyscrun import log
 from pyscrun.anchor.agents import AgentLink
 from pyscrun.channel import files
 from pyscrun.errors import ScrunError
-from pyscrun.fs import remove_tree
+from pyscrun.fs import remove_beneath, remove_tree
+from pyscrun.node.rootfs_changes import CHANGES_ARCHIVE, REMOVED_LIST
 
 ROOTFS_ARCHIVE = "rootfs.tar"
 MOUNTS = "mounts"
@@ -62,16 +64,20 @@ class Shipment:
         return files.TreeReceiver({"rootfs": self.back})
 
     def bring_back(self, rootfs: str) -> None:
-        """The rootfs task 0 sent back, in place of the one here (errors logged: the
-        container has ended either way)."""
-        archive = os.path.join(self.back, ROOTFS_ARCHIVE)
-        if not os.path.exists(archive):
-            return
+        """What the container changed, as task 0 sent it, put in place in the rootfs
+        here (errors logged: the container has ended either way)."""
+        archive = os.path.join(self.back, CHANGES_ARCHIVE)
+        removed = os.path.join(self.back, REMOVED_LIST)
         try:
-            files.unpack(archive, os.path.join(self.back, "rootfs"))
-            os.unlink(archive)
-            files.mirror(os.path.join(self.back, "rootfs"), rootfs)
-        except (ScrunError, OSError) as err:
+            if os.path.exists(archive):
+                files.unpack(archive, os.path.join(self.back, "rootfs"))
+                os.unlink(archive)
+                files.copy_over(os.path.join(self.back, "rootfs"), rootfs)
+            if os.path.exists(removed):
+                with open(removed, "rb") as listing:
+                    for path in listing.read().split(b"\0")[:-1]:
+                        remove_beneath(rootfs, os.fsdecode(path))
+        except (ScrunError, OSError, ValueError) as err:
             log.current.error(f"the container's changes to its rootfs did not come back: {err}")
         finally:
             remove_tree(self.back)

@@ -131,6 +131,19 @@ def pack(root: str, archive: str) -> None:
     _tar(["--numeric-owner", "-C", root, "-cf", archive, "."], f"tar of {root}")
 
 
+def pack_listed(root: str, names: list[str], archive: str) -> None:
+    """The entries named (relative to root) as one tar archive, each alone (a directory
+    without what it holds), kept as pack keeps them."""
+    listing = archive + ".names"
+    with open(listing, "wb") as out:
+        out.write(b"".join(os.fsencode(name) + b"\0" for name in names))
+    try:
+        _tar(["--numeric-owner", "--no-recursion", "--null", "-C", root, "-T", listing,
+              "-cf", archive], f"tar of the changes in {root}")
+    finally:
+        os.unlink(listing)
+
+
 def unpack(archive: str, root: str) -> None:
     """The archive into root (made if missing), owners kept as far as this process may
     set them (root, or root of the user namespace the owners map into)."""
@@ -139,10 +152,11 @@ def unpack(archive: str, root: str) -> None:
          f"unpacking into {root}")
 
 
-def mirror(source: str, target: str) -> None:
-    """target made the same tree as source: changed files replaced, new ones made,
-    missing ones removed (on an overlay the removals become its whiteouts)."""
-    _run(["rsync", "-aHD", "--numeric-ids", "--delete", source.rstrip("/") + "/",
+def copy_over(source: str, target: str) -> None:
+    """Every entry of source put in place in target, replacing what is there under its
+    name (a directory by a file too), even where size and time match (source holds what
+    is known to differ); nothing else in target is touched."""
+    _run(["rsync", "-aHD", "--numeric-ids", "--force", "--ignore-times", source.rstrip("/") + "/",
           target.rstrip("/") + "/"], f"rsync into {target}", (0,))
 
 

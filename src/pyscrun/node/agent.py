@@ -26,6 +26,7 @@ from pyscrun.errors import ScrunError
 from pyscrun.node import processes, shipped, userns
 from pyscrun.node.guard import Guard
 from pyscrun.node.modes import ContainerModes
+from pyscrun.node.rootfs_changes import Baseline
 from pyscrun.node.runtime import RuntimeCommands, delete_ended
 from pyscrun.node.stdio import ContainerStdio
 from pyscrun.node.task import Task, TaskIdentity, settle_runtime_dir
@@ -305,8 +306,11 @@ class Agent(ContainerModes):
         selfpipe.install(self.selector, _FORWARDED_SIGNALS, "signal")
         self.connect()
         try:
+            baseline = None
             if shipped.wanted(self.env):
                 task.source = shipped.fetch(self.control, task.shipped_dir, self._handle)
+                if self.ident.task_id == "0":
+                    baseline = Baseline(str(task.shipped_dir / "rootfs"))
             self.commands = commands = task.prepare(self.derived_commands(""),
                                                     self._start_guard(task))
             commands.seal_programs(_BRINGING_UP)
@@ -315,10 +319,10 @@ class Agent(ContainerModes):
             status = self._hold()
             if status is None:
                 status = self._run_container(commands, task.own_pid_namespace)
-            if task.source != self.ident.bundle and self.ident.task_id == "0":
+            if baseline is not None:
                 try:
-                    shipped.send_back(self.control, task.shipped_dir)
-                except ScrunError as err:
+                    shipped.send_back(self.control, task.shipped_dir, baseline)
+                except (ScrunError, OSError) as err:
                     log.current.error(f"the container's changes to its rootfs stay on "
                                       f"{self.ident.node}: {err}")
             reported = self._report_exit(status)

@@ -1,7 +1,8 @@
 """The container's bundle where this node does not see it: fetched from the anchor
 (anchor/shipping.py) into a directory of the task's own, the rootfs unpacked there as
 the root it had on the login host, and config.json pointed at them. Once the container
-has ended, task 0's rootfs goes back, so that its changes reach the login host."""
+has ended, task 0 sends back what the container changed in it, so that its changes
+reach the login host."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 from pyscrun import jsonc
 from pyscrun.channel import files, peer
 from pyscrun.errors import ChannelError, RuntimeCommandError
+from pyscrun.node.rootfs_changes import CHANGES_ARCHIVE, REMOVED_LIST, Baseline
 
 
 def wanted(env: dict[str, str]) -> bool:
@@ -66,12 +68,16 @@ def _own_mounted_files(mounts: Path) -> None:
         os.chmod(path, mode & 0o7777)
 
 
-def send_back(control: peer.Peer | None, into: Path) -> None:
-    """Task 0's rootfs as its container left it, to the anchor, which puts the changes
-    in place on the login host (`podman diff`, `docker commit`, a build's RUN)."""
+def send_back(control: peer.Peer | None, into: Path, baseline: Baseline) -> None:
+    """What task 0's container changed in its rootfs since baseline, to the anchor,
+    which puts it in place on the login host (`podman diff`, `docker commit`, a build's
+    RUN): the new and changed entries as one archive, the removed ones as a list."""
     if control is None:
         return
+    changed, removed = baseline.changes()
     back = into / "back"
     back.mkdir(mode=0o700)
-    files.pack(str(into / "rootfs"), str(back / "rootfs.tar"))
+    if changed:
+        files.pack_listed(str(into / "rootfs"), changed, str(back / CHANGES_ARCHIVE))
+    (back / REMOVED_LIST).write_bytes(b"".join(os.fsencode(path) + b"\0" for path in removed))
     files.send_tree(control, str(back), "rootfs")
