@@ -315,6 +315,29 @@ def test_a_runtime_with_a_root_of_its_own_is_checkpointed_and_restored(
     _assert_continues([c for c, _ in _counts(runtime, name + "r")], before)
 
 
+def test_a_container_deleted_as_soon_as_it_is_restored_leaves_nothing(
+        runtime: Runtime, tmp_path: Path) -> None:
+    """restore returns once the container runs again, and a `delete --force` right
+    after (podman's `restore` then `rm -f`) ends it at once, every time: the kill no
+    longer reaches tasks CRIU still holds (which left `runc restore` hung for the
+    agent to kill after 5 s, its criu-root mount behind and the container's runc
+    state undeletable)."""
+    bundle = make_bundle(tmp_path, ["sh", "-c", "while true; do sleep 0.2; done"])
+    _scrun_ok(runtime, "create", "-b", str(bundle), "orig")
+    _scrun_ok(runtime, "start", "orig")
+    time.sleep(1)
+    images = tmp_path / "img"
+    _scrun_ok(runtime, "checkpoint", "--image-path", str(images), "orig")
+    _scrun_ok(runtime, "delete", "orig")
+    for attempt in range(4):
+        name = f"again{attempt}"
+        _scrun_ok(runtime, "restore", "--image-path", str(images), "-b", str(bundle), name)
+        started = time.monotonic()
+        _scrun_ok(runtime, "delete", "--force", name)
+        took = time.monotonic() - started
+        assert took < 4, f"delete --force of a restored container took {took:.1f} s"
+
+
 def test_the_global_criu_flag_names_the_criu_that_dumps_and_restores(runtime: Runtime,
                                                                      tmp_path: Path) -> None:
     real = require("criu", "criu (installed by scripts/criu-setup.sh through `make setup`)")

@@ -88,9 +88,12 @@ def checkpoint(commands: RuntimeCommands, order: Mapping[str, Any], task_id: str
     return image_dir
 
 
-def restore_args(order: Mapping[str, Any], task_id: str) -> list[str]:
+def restore_args(order: Mapping[str, Any], task_id: str, pid_file: str) -> list[str]:
+    """The runtime's restore options; it writes the restored init's pid to pid_file
+    once CRIU has let the tasks go."""
     image_dir = task_image_dir(str(order["image_path"]), task_id)
     if not os.path.isfile(os.path.join(image_dir, "inventory.img")):
         raise RuntimeCommandError(f"no checkpoint images for task {task_id} in {image_dir}")
     work_dir = _work_dir(order, task_id)
-    return ["--image-path", image_dir, "--work-path", work_dir, *_options(order)]
+    return ["--image-path", image_dir, "--work-path", work_dir, "--pid-file", pid_file,
+            *_options(order)]

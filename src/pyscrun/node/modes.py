@@ -8,6 +8,7 @@ A base of the agent (node/agent.py), which holds the state it works on.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 
@@ -118,19 +119,23 @@ class ContainerModes(AgentOrders):
 
     def restore_mode(self, commands: RuntimeCommands, order: dict[str, Any]) -> int:
         """Restore the task's container from its images, in the foreground like run."""
+        assert self.task_dir is not None
         if not criu.images_here(order):
-            assert self.task_dir is not None
             order = images.fetch(self.control, order, self.ident.task_id, self.task_dir,
                                  self._handle)
         commands = self._for(order)
         commands.require("RunTimeRestore")
+        pid_file = os.path.join(self.task_dir, "restored.pid")
         self.process = self._spawn(commands, "RunTimeRestore",
-                                   criu.restore_args(order, self.ident.task_id))
+                                   criu.restore_args(order, self.ident.task_id, pid_file))
         self.runtime_pid = self.process.pid
         self._set_pid(self.process.pid, runtime=True)
-        # create (and so podman) waits until every task runs again, or failed to.
+        # create (and so podman) waits until every task runs again, or failed to. The
+        # runtime's state says running while CRIU still holds the tasks; its pid file
+        # comes once CRIU let them go (a kill before that left `runc restore` hung and
+        # its criu-root mount behind, blocking the container's delete).
         while self.process.poll() is None:
-            pid = commands.running_pid()
+            pid = processes.pid_in(pid_file)
             if pid:
                 self.running_reported = True
                 self._send({"event": "running", "pid": pid})

@@ -28,6 +28,15 @@ def program(pid: int) -> str:
         return ""
 
 
+def pid_in(path: str) -> int:
+    """The pid a runtime wrote to its pid file (0: none yet)."""
+    try:
+        with open(path, "rb") as source:
+            return int(source.read().strip() or 0)
+    except (FileNotFoundError, ValueError):
+        return 0
+
+
 def children(pid: int | str = "self") -> list[int]:
     """The children of pid (this process's own by default) that are not reaped yet,
     oldest first."""
