@@ -3,6 +3,7 @@ every connection, over real TCP sockets on loopback."""
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 from pathlib import Path
@@ -260,6 +261,83 @@ def test_a_tree_arrives_whole_and_no_file_lands_outside_its_place(tmp_path: Path
     assert not (tmp_path / "outside").exists()
     with pytest.raises(ValueError, match="without a file"):
         receiver.data(b"x")
+
+
+def _rootfs_sent_as_tar(tmp_path: Path, cut: int | None = None) -> Path:
+    """A rootfs sent with send_tar into a receiver that unpacks it as it arrives
+    (after cut bytes of it the sender is gone, if given); where it was unpacked."""
+    source = tmp_path / "source"
+    (source / "etc").mkdir(parents=True)
+    (source / "etc/passwd").write_text("root:x:0:0::/root:/bin/sh\n")
+    (source / "big").write_bytes(os.urandom(3 << 20))
+    os.link(source / "big", source / "big-too")
+    (source / "mtab").symlink_to("/proc/mounts")
+    os.chown(source / "etc/passwd", 5, 6)
+    (source / "etc/passwd").chmod(0o640)
+    sender_sock, receiver_sock = socket.socketpair()
+    sender, receiving = peer.Peer(sender_sock, SECRET), peer.Peer(receiver_sock, SECRET)
+    rootfs = tmp_path / "unpacked"
+    receiver = files.TreeReceiver({"bundle": str(tmp_path / "bundle")},
+                                  archives={("bundle", "rootfs.tar"): str(rootfs)})
+    failure: list[BaseException] = []
+
+    def receive() -> None:
+        receiver_sock.setblocking(True)
+        taken = 0
+        try:
+            while True:
+                for kind, payload in receiving.receive():
+                    if kind != frames.FILE:
+                        receiver.begin(frames.decode_message(payload))
+                        continue
+                    if cut is not None and taken + len(payload) > cut:
+                        receiver.data(payload[:cut - taken])
+                        receiver.data(b"")  # the end, as if the archive ended there
+                    receiver.data(payload)
+                    taken += len(payload)
+        except (peer.PeerGone, ValueError) as err:
+            failure.append(err)
+        finally:
+            receiver.close()
+            receiving.close()  # as an agent that failed to fetch its bundle
+
+    thread = threading.Thread(target=receive, daemon=True)
+    thread.start()
+    try:
+        files.send_tar(sender, str(source), "bundle", "rootfs.tar")
+    except ChannelError:
+        assert cut is not None  # the receiver stopped taking it
+    sender.close()
+    thread.join(10)
+    if cut is not None:
+        assert failure and isinstance(failure[0], ValueError), failure
+        assert "unpacking into" in str(failure[0])
+    return rootfs
+
+
+def test_a_rootfs_sent_as_tar_arrives_unpacked_with_owners_modes_and_links(
+        tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.fail("run as root: the rootfs holds files of another owner")
+    rootfs = _rootfs_sent_as_tar(tmp_path)
+    source = tmp_path / "source"
+    assert (rootfs / "big").read_bytes() == (source / "big").read_bytes()
+    assert (rootfs / "big").stat().st_ino == (rootfs / "big-too").stat().st_ino
+    assert os.readlink(rootfs / "mtab") == "/proc/mounts"
+    info = (rootfs / "etc/passwd").stat()
+    assert (info.st_uid, info.st_gid, info.st_mode & 0o7777) == (5, 6, 0o640)
+    assert not (tmp_path / "bundle").exists()  # the archive itself was never written out
+
+
+def test_a_rootfs_archive_cut_short_is_an_error_and_no_tar_is_left(tmp_path: Path) -> None:
+    before = _children()
+    _rootfs_sent_as_tar(tmp_path, cut=1 << 20)
+    assert _children() == before
+
+
+def _children() -> list[str]:
+    with open(f"/proc/{os.getpid()}/task/{os.getpid()}/children") as listing:
+        return listing.read().split()
 
 
 def test_what_arrives_with_the_end_of_a_fetched_tree_is_not_lost(tmp_path: Path) -> None:

@@ -9,8 +9,9 @@ gets, over the channel:
     config.json   root.path `rootfs`, shipped bind-mount sources `mounts/N`, and no
                   hook that names a process of the login host (`/proc/PID/exe`: it
                   cannot run on another machine)
-    rootfs.tar    the rootfs, owners as numbers (the agent unpacks it as the same
-                  root the rootfs had here: podman's or rootlesskit's mapping)
+    rootfs.tar    the rootfs, owners as numbers, sent as tar writes it (the agent
+                  unpacks it as it arrives, as the same root the rootfs had here:
+                  podman's or rootlesskit's mapping)
     mounts/N      each bind-mounted regular file up to 1 MiB (hosts, hostname,
                   resolv.conf), and mounts/owners.json: each one's mode, uid and gid
 
@@ -33,27 +34,29 @@ from pyscrun.channel import files
 from pyscrun.errors import ScrunError
 from pyscrun.fs import remove_beneath, remove_tree
 from pyscrun.node.rootfs_changes import CHANGES_ARCHIVE, REMOVED_LIST
+from pyscrun.node.shipped import ROOTFS_ARCHIVE
 
-ROOTFS_ARCHIVE = "rootfs.tar"
 MOUNTS = "mounts"
 MAX_MOUNTED_FILE = 1 << 20
 
 
 class Shipment:
-    """Built once, at the first agent's asking, in the container's spool dir."""
+    """config.json and the mounted files built once, at the first agent's asking, in
+    the container's spool dir; the rootfs archived for each agent as it is sent."""
 
     def __init__(self, bundle: str, spool_dir: str) -> None:
         self.bundle = bundle
         self.dir = os.path.join(spool_dir, "shipment")
-        self.back = os.path.join(self.dir, "back")  # where task 0's rootfs comes back
-        self.built = False
+        self.back = os.path.join(self.dir, "back")  # where task 0's changes come back
+        self.rootfs = ""  # the rootfs here, once built
 
     def send(self, link: AgentLink) -> None:
         error = None
         try:
-            if not self.built:
+            if not self.rootfs:
                 self._build()
-            files.send_tree(link.peer, self.dir, "bundle")
+            files.send_tree(link.peer, self.dir, "bundle", skip=lambda name: name == "back")
+            files.send_tar(link.peer, self.rootfs, "bundle", ROOTFS_ARCHIVE)
         except (ScrunError, OSError, ValueError, KeyError, TypeError) as err:
             error = f"shipping the bundle to {link.node or 'a node'}: {err}"
             log.current.error(error)
@@ -95,7 +98,6 @@ class Shipment:
         with open(os.path.join(self.bundle, "config.json"), "rb") as source:
             config = json.load(source)
         root = os.path.join(self.bundle, config["root"]["path"])
-        files.pack(root, os.path.join(self.dir, ROOTFS_ARCHIVE))
         config["root"]["path"] = "rootfs"
         owners = {}
         for number, mount in enumerate(config.get("mounts") or []):
@@ -116,7 +118,7 @@ class Shipment:
             hooks[kind] = kept
         with open(os.path.join(self.dir, "config.json"), "w", encoding="utf-8") as out:
             json.dump(config, out)
-        self.built = True
+        self.rootfs = root
 
 
 def _bind(mount: dict[str, object]) -> bool:

@@ -19,6 +19,10 @@ from pyscrun.errors import ChannelError
 SEND_TIMEOUT = 120.0
 # GNU tar's status for "some files differ" (changed while read): a warning, not a failure.
 _TAR_WARNED = 1
+# Owners as numbers; unpacked with the modes as they were (as far as this process may
+# set them: root, or root of the user namespace the owners map into).
+_PACK = ["--numeric-owner"]
+_UNPACK = ["--numeric-owner", "--same-permissions"]
 # Sent data waits in the peer's buffer up to this much before the sender waits.
 HIGH_WATER = 1 << 22
 
@@ -52,11 +56,16 @@ def send_tree(peer: Peer, root: str, area: str,
 
 
 class TreeReceiver:
-    """Files arriving for the areas given (area -> the directory they go below)."""
+    """Files arriving for the areas given (area -> the directory they go below).
+    archives: files that are tar archives, (area, path) -> the directory each is
+    unpacked into as it arrives, never written out whole."""
 
-    def __init__(self, areas: dict[str, str]) -> None:
+    def __init__(self, areas: dict[str, str],
+                 archives: dict[tuple[str, str], str] | None = None) -> None:
         self.areas = areas
+        self.archives = archives or {}
         self.fd = -1
+        self.unpacking: Unpacking | None = None
 
     def begin(self, message: dict[str, object]) -> None:
         """A `file` message: the file its FILE frames fill. ValueError if it would
@@ -65,6 +74,10 @@ class TreeReceiver:
         area, path = message.get("area"), message.get("path")
         if not isinstance(area, str) or area not in self.areas or not isinstance(path, str):
             raise ValueError(f"a file for no known place ({area!r})")
+        if (area, path) in self.archives:
+            self.unpacking = Unpacking(self.archives[area, path])
+            self.fd = self.unpacking.fd
+            return
         root = os.path.realpath(self.areas[area])
         target = os.path.realpath(os.path.join(root, path))
         if os.path.isabs(path) or os.path.commonpath((root, target)) != root or target == root:
@@ -77,16 +90,72 @@ class TreeReceiver:
         if self.fd < 0:
             raise ValueError("file data without a file")
         if not payload:
+            if self.unpacking is not None:
+                unpacking, self.unpacking, self.fd = self.unpacking, None, -1
+                unpacking.finish()
             self.close()
             return
         view = memoryview(payload)
-        while view:
-            view = view[os.write(self.fd, view):]
+        try:
+            while view:
+                view = view[os.write(self.fd, view):]
+        except BrokenPipeError:
+            raise ValueError(self.unpacking.failure() if self.unpacking is not None
+                             else "the file was closed") from None
 
     def close(self) -> None:
-        if self.fd >= 0:
+        """Whatever was under way ends (an archive only part unpacked: its tar killed)."""
+        if self.unpacking is not None:
+            self.unpacking.abandon()
+            self.unpacking = None
+        elif self.fd >= 0:
             os.close(self.fd)
-            self.fd = -1
+        self.fd = -1
+
+
+class Unpacking:
+    """A tar archive unpacked into root as its bytes are written to fd."""
+
+    def __init__(self, root: str) -> None:
+        import subprocess
+        import tempfile
+
+        os.makedirs(root, mode=0o755, exist_ok=True)
+        self.root = root
+        self.said = tempfile.TemporaryFile()  # noqa: SIM115 (closed when the tar ends)
+        self.tar = subprocess.Popen(["tar", *_UNPACK, "-C", root, "-xf", "-"],
+                                    stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                    stderr=self.said)
+        assert self.tar.stdin is not None
+        self.fd = self.tar.stdin.fileno()
+
+    def finish(self) -> None:
+        """The archive's end: ValueError unless tar unpacked it all."""
+        self._close_input()
+        if self.tar.wait() not in (0, _TAR_WARNED):
+            raise ValueError(self.failure())
+        self.said.close()
+
+    def failure(self) -> str:
+        self._close_input()
+        self.tar.wait()
+        self.said.seek(0)
+        said = self.said.read().decode(errors="replace").strip().splitlines()
+        self.said.close()
+        return f"unpacking into {self.root} failed: {said[-1] if said else self.tar.returncode}"
+
+    def abandon(self) -> None:
+        self.tar.kill()
+        self._close_input()
+        self.tar.wait()
+        self.said.close()
+
+    def _close_input(self) -> None:
+        assert self.tar.stdin is not None
+        try:
+            self.tar.stdin.close()
+        except BrokenPipeError:
+            pass
 
 
 def fetch_tree(peer: Peer, request: str, done: str, receiver: TreeReceiver,
@@ -123,12 +192,35 @@ def fetch_tree(peer: Peer, request: str, done: str, receiver: TreeReceiver,
         peer.sock.setblocking(False)
 
 
-def pack(root: str, archive: str) -> None:
-    """A whole tree (a rootfs) as one tar archive: links, modes and owners as numbers
-    kept, which send_tree alone does not keep."""
+def send_tar(peer: Peer, root: str, area: str, path: str) -> None:
+    """The tree at root (a rootfs) sent as one tar archive, the file path of area, as
+    tar writes it: links, modes and owners as numbers kept (which send_tree alone does
+    not keep), and no copy of the archive made on either side."""
+    import subprocess
+    import tempfile
+
     if not os.path.isdir(root):
         raise ChannelError(f"{root} is not a directory here")
-    _tar(["--numeric-owner", "-C", root, "-cf", archive, "."], f"tar of {root}")
+    with tempfile.TemporaryFile() as said:
+        tar = subprocess.Popen(["tar", *_PACK, "-C", root, "-cf", "-", "."],
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=said)
+        assert tar.stdout is not None
+        try:
+            peer.send(frames.message({"op": "file", "area": area, "path": path}))
+            while chunk := tar.stdout.read(frames.MAX_DATA):
+                peer.send(frames.frame(frames.FILE, chunk))
+                if peer.pending >= HIGH_WATER and not peer.flush_blocking(SEND_TIMEOUT):
+                    raise ChannelError("the other end stopped taking the files")
+            peer.send(frames.frame(frames.FILE))
+        finally:
+            tar.stdout.close()  # a tar not read to its end then ends on SIGPIPE
+            tar.wait()
+        if tar.returncode not in (0, _TAR_WARNED):
+            said.seek(0)
+            lines = said.read().decode(errors="replace").strip().splitlines()
+            raise ChannelError(f"tar of {root} failed: {lines[-1] if lines else tar.returncode}")
+    if not peer.flush_blocking(SEND_TIMEOUT):
+        raise ChannelError("the other end stopped taking the files")
 
 
 def pack_listed(root: str, names: list[str], archive: str) -> None:
@@ -138,8 +230,8 @@ def pack_listed(root: str, names: list[str], archive: str) -> None:
     with open(listing, "wb") as out:
         out.write(b"".join(os.fsencode(name) + b"\0" for name in names))
     try:
-        _tar(["--numeric-owner", "--no-recursion", "--null", "-C", root, "-T", listing,
-              "-cf", archive], f"tar of the changes in {root}")
+        _tar([*_PACK, "--no-recursion", "--null", "-C", root, "-T", listing, "-cf", archive],
+             f"tar of the changes in {root}")
     finally:
         os.unlink(listing)
 
@@ -148,8 +240,7 @@ def unpack(archive: str, root: str) -> None:
     """The archive into root (made if missing), owners kept as far as this process may
     set them (root, or root of the user namespace the owners map into)."""
     os.makedirs(root, mode=0o755, exist_ok=True)
-    _tar(["--numeric-owner", "--same-permissions", "-C", root, "-xf", archive],
-         f"unpacking into {root}")
+    _tar([*_UNPACK, "-C", root, "-xf", archive], f"unpacking into {root}")
 
 
 def copy_over(source: str, target: str) -> None:

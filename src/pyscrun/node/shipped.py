@@ -15,6 +15,8 @@ from pyscrun.channel import files, peer
 from pyscrun.errors import ChannelError, RuntimeCommandError
 from pyscrun.node.rootfs_changes import CHANGES_ARCHIVE, REMOVED_LIST, Baseline
 
+ROOTFS_ARCHIVE = "rootfs.tar"  # how the rootfs arrives, unpacked as it does
+
 
 def wanted(env: dict[str, str]) -> bool:
     """The anchor ships the bundle to every node (its rootfs is a mount of the login
@@ -31,18 +33,13 @@ def fetch(control: peer.Peer | None, into: Path,
     if control is None:
         raise RuntimeCommandError("the bundle is not on this node and no anchor sends it")
     into.mkdir(mode=0o700, parents=True)
+    rootfs = into / "rootfs"
+    receiver = files.TreeReceiver({"bundle": str(into)},
+                                  archives={("bundle", ROOTFS_ARCHIVE): str(rootfs)})
     try:
-        files.fetch_tree(control, "send-bundle", "bundle-sent",
-                         files.TreeReceiver({"bundle": str(into)}), other)
+        files.fetch_tree(control, "send-bundle", "bundle-sent", receiver, other)
     except ChannelError as err:
         raise RuntimeCommandError(f"fetching the bundle failed: {err}") from None
-    rootfs, archive = into / "rootfs", into / "rootfs.tar"
-    try:
-        files.unpack(str(archive), str(rootfs))
-    except ChannelError as err:
-        raise RuntimeCommandError(str(err)) from None
-    finally:
-        archive.unlink(missing_ok=True)
     config_path = into / "config.json"
     config = jsonc.loads(config_path.read_text())
     config["root"]["path"] = str(rootfs)
