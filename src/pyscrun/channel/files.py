@@ -140,9 +140,9 @@ class Unpacking:
         self._close_input()
         self.tar.wait()
         self.said.seek(0)
-        said = self.said.read().decode(errors="replace").strip().splitlines()
+        said = _last_line(self.said.read(), self.tar.returncode)
         self.said.close()
-        return f"unpacking into {self.root} failed: {said[-1] if said else self.tar.returncode}"
+        return f"unpacking into {self.root} failed: {said}"
 
     def abandon(self) -> None:
         self.tar.kill()
@@ -217,15 +217,15 @@ def send_tar(peer: Peer, root: str, area: str, path: str) -> None:
             tar.wait()
         if tar.returncode not in (0, _TAR_WARNED):
             said.seek(0)
-            lines = said.read().decode(errors="replace").strip().splitlines()
-            raise ChannelError(f"tar of {root} failed: {lines[-1] if lines else tar.returncode}")
+            raise ChannelError(f"tar of {root} failed: "
+                               f"{_last_line(said.read(), tar.returncode)}")
     if not peer.flush_blocking(SEND_TIMEOUT):
         raise ChannelError("the other end stopped taking the files")
 
 
 def pack_listed(root: str, names: list[str], archive: str) -> None:
     """The entries named (relative to root) as one tar archive, each alone (a directory
-    without what it holds), kept as pack keeps them."""
+    without what it holds), owners as numbers as send_tar keeps them."""
     listing = archive + ".names"
     with open(listing, "wb") as out:
         out.write(b"".join(os.fsencode(name) + b"\0" for name in names))
@@ -260,5 +260,10 @@ def _run(argv: list[str], what: str, fine: tuple[int, ...]) -> None:
 
     done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, check=False)
     if done.returncode not in fine:
-        said = done.stderr.decode(errors="replace").strip().splitlines()
-        raise ChannelError(f"{what} failed: {said[-1] if said else done.returncode}")
+        raise ChannelError(f"{what} failed: {_last_line(done.stderr, done.returncode)}")
+
+
+def _last_line(said: bytes, status: int | None) -> str:
+    """What a failed command said last (its status if nothing)."""
+    lines = said.decode(errors="replace").strip().splitlines()
+    return lines[-1] if lines else str(status)
