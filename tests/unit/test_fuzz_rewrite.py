@@ -78,8 +78,8 @@ def test_any_config_is_refused_or_rewritten_validly(
             return
     original = copy.deepcopy(bundle.config)
     pattern = re.compile(exclude) if exclude else None
-    new = rewrite.rewrite(bundle.config, bundle=Path("/b"), job_env=job_env, env_exclude=pattern,
-                          terminal=terminal, mount_spool_dir=spool, step_dir=Path("/steps/s"),
+    new = rewrite.rewrite(bundle.config, bundle="/b", job_env=job_env, env_exclude=pattern,
+                          terminal=terminal, mount_spool_dir=spool, step_dir="/steps/s",
                           disable_hooks=disabled, task_id=task)
     assert bundle.config == original  # the submitted config is left as it was
     json.dumps(new)  # the agent writes it as JSON

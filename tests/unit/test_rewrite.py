@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from pyscrun.conf.scrun_env import ALLOC, STEP, arguments, job_options
 from pyscrun.node.rewrite import env_file_content, rewrite
@@ -17,9 +16,9 @@ CONFIG = {
 
 
 def test_rewrite_merges_filters_mounts_and_drops_hooks() -> None:
-    new = rewrite(CONFIG, bundle=Path("/bundle"), job_env={"SLURM_JOB_ID": "5", "KEEP": "2"},
+    new = rewrite(CONFIG, bundle="/bundle", job_env={"SLURM_JOB_ID": "5", "KEEP": "2"},
                   env_exclude=re.compile("^SLURM_CONF="), terminal=False,
-                  mount_spool_dir="/spool", step_dir=Path("/steps/s1"),
+                  mount_spool_dir="/spool", step_dir="/steps/s1",
                   disable_hooks=("prestart",))
     assert new["root"]["path"] == "/bundle/rootfs"
     assert new["process"]["env"] == ["PATH=/bin", "KEEP=2", "SLURM_JOB_ID=5"]

@@ -84,7 +84,8 @@ class Anchor(Ending):
         # The caller's stdio, while the agents stream the container's: srun's own
         # forwarding is slower, and ends every signal but USR1/USR2 as SIGKILL.
         self.stdio: CallerStdio | None = None
-        self.shipment: Shipment | None = None
+        self.ships_bundle = False  # to a node that asks for it
+        self.shipment: Shipment | None = None  # once one asked
         assert request.stand_in is not None
         self.stand_in = request.stand_in
         bundle = request.bundle

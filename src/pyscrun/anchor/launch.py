@@ -135,12 +135,12 @@ class Launch(Orders):
             # An ordinary user's container runs on the node in the user namespace
             # rootless podman gave it here.
             agent_env["PYSCRUN_AGENT_USERNS"] = identity.namespace_maps()
-            # A node that does not see the bundle asks for it (anchor/shipping.py); a
-            # rootfs mounted here (docker's overlay) no node sees.
+            # A node that does not see the bundle asks for it (anchor/shipping.py, loaded
+            # then: not on every container's way to its start); a rootfs mounted here
+            # (docker's overlay) no node sees.
             from pyscrun.anchor.checkpointing import place_probe
-            from pyscrun.anchor.shipping import Shipment
 
-            self.shipment = Shipment(self.staging.bundle, self.store.spool_dir(self.state.id))
+            self.ships_bundle = True
             if os.path.ismount(self.staging.rootfs):
                 agent_env["PYSCRUN_AGENT_BUNDLE_SHIP"] = "always"
             else:

@@ -55,6 +55,7 @@ class Orders:
     task_order: TaskOrder | None
     stopped_waiters: list[tuple[Connection, dict[str, Any]]]
     waiting_orders: list[tuple[Connection, dict[str, Any], float]]
+    ships_bundle: bool
     shipment: Shipment | None
     staging: Staging
 
@@ -89,7 +90,12 @@ class Orders:
             send_images(agent, self.request.restore)
             return
         if message.get("op") == "send-bundle":
-            if self.shipment is not None:
+            if self.ships_bundle:
+                if self.shipment is None:
+                    from pyscrun.anchor.shipping import Shipment
+
+                    self.shipment = Shipment(self.staging.bundle,
+                                             self.store.spool_dir(self.state.id))
                 self.shipment.send(agent)
                 if agent.task == "0":
                     agent.receiver = self.shipment.receiver()

@@ -16,7 +16,6 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from pyscrun import log, selfpipe
 from pyscrun.channel import frames, peer, streams, tcp
@@ -53,7 +52,7 @@ class Agent(ContainerModes):
         self.selector = selectors.DefaultSelector()
         self.control: peer.Peer | None = None
         self.stdio: ContainerStdio | None = None
-        self.task_dir: Path | None = None
+        self.task_dir: str | None = None
         self.delete_after_report: RuntimeCommands | None = None
         self.commands: RuntimeCommands | None = None
         self.process: subprocess.Popen[bytes] | None = None
@@ -310,7 +309,7 @@ class Agent(ContainerModes):
             if shipped.wanted(self.env):
                 task.source = shipped.fetch(self.control, task.shipped_dir, self._handle)
                 if self.ident.task_id == "0":
-                    baseline = Baseline(str(task.shipped_dir / "rootfs"))
+                    baseline = Baseline(os.path.join(task.shipped_dir, "rootfs"))
             self.commands = commands = task.prepare(self.derived_commands(""),
                                                     self._start_guard(task))
             commands.seal_programs(_BRINGING_UP)

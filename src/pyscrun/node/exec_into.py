@@ -73,7 +73,7 @@ def run(env: dict[str, str]) -> int:
     settle_runtime_dir(env)
     the_site = site.load(env.get("PYSCRUN_EXEC_SLURM_CONF") or env.get("SLURM_CONF")
                          or site.DEFAULT_SLURM_CONF)
-    base = Path(the_site.oci.ContainerPath) if the_site.oci.ContainerPath else default_container_path()
+    base = Path(the_site.oci.ContainerPath or default_container_path())
     record = task_record(base, env["PYSCRUN_EXEC_JOB"], env.get("PYSCRUN_EXEC_TASK", "0"))
     recorded = json.loads(record.read_text())
     _join_user_namespace(int(recorded["agent"]))
@@ -82,7 +82,7 @@ def run(env: dict[str, str]) -> int:
     process_file.write_text(env["PYSCRUN_EXEC_PROCESS"])
     try:
         runtime_env = {k: v for k, v in env.items() if not k.startswith("PYSCRUN_")}
-        commands = RuntimeCommands(the_site.oci, values, record.parent, runtime_env,
+        commands = RuntimeCommands(the_site.oci, values, str(record.parent), runtime_env,
                                    the_site.derived_commands())
         commands.require("RunTimeExec")
         _await_running(commands)

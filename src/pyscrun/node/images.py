@@ -6,7 +6,6 @@ before a restore. Where the node sees the path (the cluster file system) nothing
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from pyscrun.channel import files, peer
 from pyscrun.errors import ChannelError, RuntimeCommandError
@@ -23,28 +22,28 @@ LOCAL_DIR = "checkpoint"
 
 
 def checkpoint(control: peer.Peer | None, commands: RuntimeCommands, order: dict[str, Any],
-               task_id: str, task_dir: Path) -> None:
+               task_id: str, task_dir: str) -> None:
     if criu.images_here(order):
         criu.checkpoint(commands, order, task_id)
         return
     if control is None:
         raise RuntimeCommandError("no anchor to send the checkpoint images to")
-    here = criu.local_order(order, str(task_dir / LOCAL_DIR))
+    here = criu.local_order(order, os.path.join(task_dir, LOCAL_DIR))
     try:
         criu.checkpoint(commands, here, task_id)
         files.send_tree(control, criu.task_image_dir(here["image_path"], task_id), "image")
         files.send_tree(control, criu.task_work_dir(here, task_id), "work")
     finally:
-        remove_tree(str(task_dir / LOCAL_DIR))
+        remove_tree(os.path.join(task_dir, LOCAL_DIR))
 
 
-def fetch(control: peer.Peer | None, order: dict[str, Any], task_id: str, task_dir: Path,
+def fetch(control: peer.Peer | None, order: dict[str, Any], task_id: str, task_dir: str,
           other: Callable[[list[tuple[int, bytes]]], None]) -> dict[str, Any]:
     """The task's images from the anchor into the task dir (frames that are not part
     of them go to other); the order that restores from there."""
     if control is None:
         raise RuntimeCommandError("no anchor to fetch the checkpoint images from")
-    here = criu.local_order(order, str(task_dir / LOCAL_DIR))
+    here = criu.local_order(order, os.path.join(task_dir, LOCAL_DIR))
     receiver = files.TreeReceiver({"image": criu.task_image_dir(here["image_path"], task_id)})
     os.makedirs(receiver.areas["image"], exist_ok=True)
     try:

@@ -17,7 +17,6 @@ from pyscrun.node.task import TaskIdentity
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
-    from pathlib import Path
     from typing import Any
 
 # The orders an agent carries out with a runtime verb of its own (pyscrun.conf's or
@@ -32,7 +31,7 @@ class AgentOrders:
     ident: TaskIdentity
     control: peer.Peer | None
     stdio: ContainerStdio | None
-    task_dir: Path | None
+    task_dir: str | None
     commands: RuntimeCommands | None
     running_wanted: bool
     paused: bool
@@ -107,9 +106,10 @@ class AgentOrders:
             args = None
             if op == "update":
                 # runc update --resources FILE, the file in the task dir of this node.
-                resources = self.task_dir / "resources.json"
-                resources.write_text(jsonc.dumps(order["resources"]))
-                args = [str(resources)]
+                resources = os.path.join(self.task_dir, "resources.json")
+                with open(resources, "w") as out:
+                    out.write(jsonc.dumps(order["resources"]))
+                args = [resources]
             self.commands.run_checked(directive, args)
             if op != "update":
                 self.paused = op == "pause"

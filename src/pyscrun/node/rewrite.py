@@ -6,7 +6,6 @@ import copy
 import os
 import re
 from collections.abc import Mapping
-from pathlib import Path
 
 # typing costs milliseconds at every start of the CLI: for type checkers only.
 TYPE_CHECKING = False
@@ -33,12 +32,12 @@ def exclude_env(entries: list[str], pattern: re.Pattern[str] | None) -> list[str
 def rewrite(
     config: Mapping[str, Any],
     *,
-    bundle: Path,
+    bundle: str,
     job_env: Mapping[str, str],
     env_exclude: re.Pattern[str] | None,
     terminal: bool,
     mount_spool_dir: str,
-    step_dir: Path,
+    step_dir: str,
     disable_hooks: tuple[str, ...],
     task_id: str = "0",
     container: tuple[str, str] | None = None,
@@ -47,7 +46,7 @@ def rewrite(
     caller knows the container by, which its hooks are given."""
     new: dict[str, Any] = copy.deepcopy(dict(config))
     root = new.setdefault("root", {})
-    root["path"] = os.path.normpath(bundle / root.get("path", "rootfs"))
+    root["path"] = os.path.normpath(os.path.join(bundle, root.get("path", "rootfs")))
     process = new.setdefault("process", {})
     process["env"] = exclude_env(merge_env(process.get("env") or [], job_env), env_exclude)
     process["terminal"] = terminal
@@ -57,7 +56,7 @@ def rewrite(
         new.setdefault("mounts", []).append({
             "destination": mount_spool_dir,
             "type": "bind",
-            "source": str(step_dir),
+            "source": step_dir,
             "options": ["rbind", "rw"],
         })
     linux = new.get("linux")

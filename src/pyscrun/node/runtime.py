@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-from pathlib import Path
 
 from pyscrun import fs, jsonc, log
 from pyscrun.conf import patterns
@@ -27,7 +26,7 @@ _DETACHING = ("-d", "--detach")
 
 
 class RuntimeCommands:
-    def __init__(self, conf: OciConf, values: patterns.PatternValues, cwd: Path,
+    def __init__(self, conf: OciConf, values: patterns.PatternValues, cwd: str,
                  environ: dict[str, str], more: dict[str, str] | None = None) -> None:
         self.conf = conf
         # Patterns from pyscrun.conf (RunTimeCheckpoint, RunTimeRestore) beside oci.conf's.

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from pathlib import Path
 
 from pyscrun import jsonc
 from pyscrun.channel import files, peer
@@ -28,36 +27,38 @@ def wanted(env: dict[str, str]) -> bool:
         os.path.join(env.get("PYSCRUN_AGENT_BUNDLE", ""), probe))
 
 
-def fetch(control: peer.Peer | None, into: Path,
-          other: Callable[[list[tuple[int, bytes]]], None]) -> Path:
+def fetch(control: peer.Peer | None, into: str,
+          other: Callable[[list[tuple[int, bytes]]], None]) -> str:
     if control is None:
         raise RuntimeCommandError("the bundle is not on this node and no anchor sends it")
-    into.mkdir(mode=0o700, parents=True)
-    rootfs = into / "rootfs"
-    receiver = files.TreeReceiver({"bundle": str(into)},
-                                  archives={("bundle", ROOTFS_ARCHIVE): str(rootfs)})
+    os.makedirs(into, mode=0o700)
+    rootfs = os.path.join(into, "rootfs")
+    receiver = files.TreeReceiver({"bundle": into}, archives={("bundle", ROOTFS_ARCHIVE): rootfs})
     try:
         files.fetch_tree(control, "send-bundle", "bundle-sent", receiver, other)
     except ChannelError as err:
         raise RuntimeCommandError(f"fetching the bundle failed: {err}") from None
-    config_path = into / "config.json"
-    config = jsonc.loads(config_path.read_text())
-    config["root"]["path"] = str(rootfs)
+    config_path = os.path.join(into, "config.json")
+    with open(config_path, "rb") as source:
+        config = jsonc.loads(source.read())
+    config["root"]["path"] = rootfs
     for mount in config.get("mounts") or []:
         source = mount.get("source")
         if isinstance(source, str) and source.startswith("mounts/"):
-            mount["source"] = str(into / source)
-    config_path.write_text(jsonc.dumps(config))
-    _own_mounted_files(into / "mounts")
+            mount["source"] = os.path.join(into, source)
+    with open(config_path, "w") as out:
+        out.write(jsonc.dumps(config))
+    _own_mounted_files(os.path.join(into, "mounts"))
     return into
 
 
-def _own_mounted_files(mounts: Path) -> None:
+def _own_mounted_files(mounts: str) -> None:
     """The shipped files get the mode and owner they had (files arrive 0600, the
     agent's): hosts stays readable by all, a secret by its owner alone."""
-    owners = jsonc.loads((mounts / "owners.json").read_text())
+    with open(os.path.join(mounts, "owners.json"), "rb") as source:
+        owners = jsonc.loads(source.read())
     for name, (mode, uid, gid) in owners.items():
-        path = mounts / os.path.basename(name)
+        path = os.path.join(mounts, os.path.basename(name))
         try:
             os.chown(path, uid, gid)
         except PermissionError:
@@ -65,16 +66,18 @@ def _own_mounted_files(mounts: Path) -> None:
         os.chmod(path, mode & 0o7777)
 
 
-def send_back(control: peer.Peer | None, into: Path, baseline: Baseline) -> None:
+def send_back(control: peer.Peer | None, into: str, baseline: Baseline) -> None:
     """What task 0's container changed in its rootfs since baseline, to the anchor,
     which puts it in place on the login host (`podman diff`, `docker commit`, a build's
     RUN): the new and changed entries as one archive, the removed ones as a list."""
     if control is None:
         return
     changed, removed = baseline.changes()
-    back = into / "back"
-    back.mkdir(mode=0o700)
+    back = os.path.join(into, "back")
+    os.mkdir(back, mode=0o700)
     if changed:
-        files.pack_listed(str(into / "rootfs"), changed, str(back / CHANGES_ARCHIVE))
-    (back / REMOVED_LIST).write_bytes(b"".join(os.fsencode(path) + b"\0" for path in removed))
-    files.send_tree(control, str(back), "rootfs")
+        files.pack_listed(os.path.join(into, "rootfs"), changed,
+                          os.path.join(back, CHANGES_ARCHIVE))
+    with open(os.path.join(back, REMOVED_LIST), "wb") as listing:
+        listing.write(b"".join(os.fsencode(path) + b"\0" for path in removed))
+    files.send_tree(control, back, "rootfs")

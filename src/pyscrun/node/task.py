@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Callable
-from pathlib import Path
 
 from pyscrun import identity, jsonc
 from pyscrun.conf import patterns
@@ -29,7 +28,7 @@ class TaskIdentity:
         self.uid = identity.real_uid()
         self.user = identity.user_name(self.uid)
         self.container_id = env["PYSCRUN_AGENT_CONTAINER_ID"]
-        self.bundle = Path(env["PYSCRUN_AGENT_BUNDLE"])
+        self.bundle = env["PYSCRUN_AGENT_BUNDLE"]
         self.job_id = env["PYSCRUN_AGENT_JOB_ID"]
         self.step_id = env.get("SLURM_STEP_ID") or env.get("PYSCRUN_AGENT_STEP_ID", "0")
         self.task_id = env.get("SLURM_PROCID") or "0"
@@ -39,15 +38,15 @@ class TaskIdentity:
 EXEC_RECORD = "exec.json"
 
 
-def default_container_path() -> Path:
+def default_container_path() -> str:
     uid = identity.real_uid()
     if uid == 0:
         # Beside the default --root, not in it: a container named "tasks" is no task dir.
-        return Path("/run/pyscrun-tasks")
+        return "/run/pyscrun-tasks"
     runtime_dir = os.environ.get("XDG_RUNTIME_DIR")
     if runtime_dir:
-        return Path(runtime_dir) / "pyscrun-tasks"
-    return Path(os.environ.get("TMPDIR") or "/tmp") / f"pyscrun-tasks-{uid}"
+        return os.path.join(runtime_dir, "pyscrun-tasks")
+    return os.path.join(os.environ.get("TMPDIR") or "/tmp", f"pyscrun-tasks-{uid}")
 
 
 def settle_runtime_dir(env: dict[str, str]) -> None:
@@ -56,16 +55,17 @@ def settle_runtime_dir(env: dict[str, str]) -> None:
     /tmp. Rootless runc keeps its state there, and the task dirs are there."""
     if identity.is_root() or identity.private_dir(env.get("XDG_RUNTIME_DIR", "")):
         return
-    fallback = Path(env.get("TMPDIR") or "/tmp") / f"pyscrun-runtime-{identity.real_uid()}"
+    fallback = os.path.join(env.get("TMPDIR") or "/tmp",
+                            f"pyscrun-runtime-{identity.real_uid()}")
     try:
-        fallback.mkdir(mode=0o700)
+        os.mkdir(fallback, mode=0o700)
     except FileExistsError:
         pass
-    if not identity.private_dir(str(fallback)):
+    if not identity.private_dir(fallback):
         raise ScrunError(f"{fallback} is in the way of the user's runtime dir on "
                          f"{socket.gethostname()}: it must be a directory of the user's, "
                          "mode 0700")
-    env["XDG_RUNTIME_DIR"] = os.environ["XDG_RUNTIME_DIR"] = str(fallback)
+    env["XDG_RUNTIME_DIR"] = os.environ["XDG_RUNTIME_DIR"] = fallback
 
 
 def _job_env(env: dict[str, str]) -> dict[str, str]:
@@ -79,12 +79,12 @@ class Task:
     def __init__(self, conf: OciConf, ident: TaskIdentity, env: dict[str, str]) -> None:
         self.conf = conf
         self.ident = ident
-        base = Path(conf.ContainerPath) if conf.ContainerPath else default_container_path()
-        self.step_dir = base / f"oci-job{ident.job_id}-{ident.step_id}"
-        self.dir = self.step_dir / f"task-{ident.task_id}"
+        base = conf.ContainerPath or default_container_path()
+        self.step_dir = os.path.join(base, f"oci-job{ident.job_id}-{ident.step_id}")
+        self.dir = os.path.join(self.step_dir, f"task-{ident.task_id}")
         # Where config.json is read: the bundle, or its copy shipped to this node.
         self.source = ident.bundle
-        self.shipped_dir = self.step_dir / f"bundle-{ident.task_id}"
+        self.shipped_dir = os.path.join(self.step_dir, f"bundle-{ident.task_id}")
         self.env = env
         self.terminal = os.isatty(0)
         # Whether the container's init is pid 1 of a pid namespace of its own: its end
@@ -104,28 +104,28 @@ class Task:
             env_entries = rewrite.exclude_env(
                 rewrite.merge_env([], _job_env(self.env)), conf.EnvExclude)
         else:
-            source = oci_bundle.load(str(self.source))
+            source = oci_bundle.load(self.source)
             config = rewrite.rewrite(
                 source.config, bundle=self.source, job_env=_job_env(self.env),
                 env_exclude=conf.EnvExclude, terminal=self.terminal and conf.run_mode,
                 mount_spool_dir=conf.MountSpoolDir, step_dir=self.step_dir,
                 disable_hooks=conf.DisableHooks, task_id=ident.task_id,
-                container=(ident.container_id, str(ident.bundle)),
+                container=(ident.container_id, ident.bundle),
             )
             files["config.json"] = jsonc.dumps(config).encode()
             self.own_pid_namespace = any(
                 ns.get("type") == "pid" and not ns.get("path")
                 for ns in (config.get("linux") or {}).get("namespaces") or [])
-            bundle_dir, rootfs = self.dir, Path(config["root"]["path"])
+            bundle_dir, rootfs = self.dir, config["root"]["path"]
             args = config["process"]["args"]
             env_entries = config["process"]["env"]
         env_file = ""
         if conf.CreateEnvFile != "disabled":
             files["environment"] = rewrite.env_file_content(env_entries, conf.CreateEnvFile)
-            env_file = str(self.dir / "environment")
+            env_file = os.path.join(self.dir, "environment")
         values = patterns.PatternValues(
-            bundle=str(bundle_dir), env_file=env_file, job_id=ident.job_id,
-            step_dir=str(self.step_dir), node_name=ident.node, rootfs=str(rootfs),
+            bundle=bundle_dir, env_file=env_file, job_id=ident.job_id,
+            step_dir=self.step_dir, node_name=ident.node, rootfs=rootfs,
             step_id=ident.step_id, task_id=ident.task_id, user_name=ident.user,
             uid=str(ident.uid), args=args,
         )
@@ -138,17 +138,18 @@ class Task:
         commands = RuntimeCommands(conf, values, self.dir, runtime_env, more_patterns)
         if planned is not None:
             planned(commands)
-        self.dir.mkdir(mode=0o700, parents=True, exist_ok=False)
+        os.makedirs(self.dir, mode=0o700)
         for name, data in files.items():
-            (self.dir / name).write_bytes(data)
+            with open(os.path.join(self.dir, name), "wb") as out:
+                out.write(data)
         return commands
 
     def cleanup(self) -> None:
         if self.conf.DisableCleanup:
             return
-        remove_tree(str(self.dir))
-        remove_tree(str(self.shipped_dir))
+        remove_tree(self.dir)
+        remove_tree(self.shipped_dir)
         try:
-            self.step_dir.rmdir()
+            os.rmdir(self.step_dir)
         except OSError:
             pass  # another task of the step still uses it

@@ -78,15 +78,22 @@ def _enter(uid_map: str, gid_map: str) -> None:
 
 
 def _write_maps(target: int, uid_map: str, gid_map: str, said_fd: int) -> int:
+    # Both at once: each is a setuid program of its own, and the agent waits on them.
+    running: list[subprocess.Popen[bytes]] = []
+    why = b""
     for tool, wanted in zip(_TOOLS, (uid_map, gid_map), strict=True):
         fields = [field for triple in wanted.split(",") for field in triple.split()]
         try:
-            done = subprocess.run([tool, str(target), *fields], stdin=subprocess.DEVNULL,
-                                  capture_output=True, check=False)
+            running.append(subprocess.Popen(
+                [tool, str(target), *fields], stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
         except FileNotFoundError:
-            os.write(said_fd, f"{tool} not found".encode())
-            return 1
-        if done.returncode != 0:
-            os.write(said_fd, (done.stderr or done.stdout).strip()[-400:])
-            return 1
-    return 0
+            why = f"{tool} not found".encode()
+            break
+    for process in running:
+        said, _ = process.communicate()
+        if process.returncode != 0 and not why:
+            why = said.strip()[-400:] or b"failed"
+    if why:
+        os.write(said_fd, why)
+    return 1 if why else 0
