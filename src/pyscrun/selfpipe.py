@@ -15,6 +15,14 @@ def install(selector: selectors.BaseSelector, signums: Iterable[int], data: obje
             ) -> socket.socket:
     """Deliver signums as readable events (their numbers as bytes) tagged with data;
     the socket they arrive on."""
+    reader = catch(signums)
+    selector.register(reader, selectors.EVENT_READ, data)
+    return reader
+
+
+def catch(signums: Iterable[int]) -> socket.socket:
+    """signums, from now on, as their numbers on the socket returned (for a selector
+    that does not exist yet: what arrives meanwhile waits there)."""
     reader, writer = socket.socketpair()
     reader.setblocking(False)
     writer.setblocking(False)
@@ -22,7 +30,6 @@ def install(selector: selectors.BaseSelector, signums: Iterable[int], data: obje
     _writers.append(writer)
     for signum in signums:
         signal.signal(signum, lambda *_: None)
-    selector.register(reader, selectors.EVENT_READ, data)
     return reader
 
 

@@ -145,3 +145,27 @@ def test_a_queued_container_runs_once_its_job_comes(slurm_runtime: Runtime, held
         if run.poll() is None:
             run.kill()
             run.wait()
+
+
+def test_a_create_that_fails_after_asking_for_its_job_withdraws_it(
+        slurm_runtime: Runtime, held_job: str, tmp_path: Path) -> None:
+    """The anchor asks Slurm for the job before anything else: a create that fails
+    after that (here a console socket nobody listens on) has withdrawn the queued job
+    by the time it returns, rather than leave a salloc waiting for it."""
+    conf = slurm_runtime.slurm_conf.resolve()
+    bundle = make_bundle(tmp_path, ["sh"], terminal=True)
+    nobody = tmp_path / "nobody.sock"
+    created = subprocess.run(
+        [str(slurm_runtime.wrapper), "create", "-b", str(bundle), "--console-socket",
+         str(nobody), "q5"],
+        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
+        env={**os.environ, "SCRUN_DEPENDENCY": f"afterok:{held_job}",
+             "SCRUN_JOB_NAME": "pyscrun-q5"}, check=False)
+    assert created.returncode != 0
+    assert created.stderr.strip().splitlines() == [
+        f"scrun: error: cannot hand the console to {nobody}: "
+        "No such file or directory"], created.stderr
+    queued = slurm(conf, "squeue", "-h", "-n", "pyscrun-q5", "-o", "%i %T")
+    assert queued.returncode == 0, queued.stderr
+    assert queued.stdout.split()[1:] in ([], ["CANCELLED"]), queued.stdout
+    assert slurm_runtime.scrun("state", "q5").returncode != 0

@@ -21,7 +21,7 @@ from pyscrun.anchor.agent_port import AgentPort
 from pyscrun.anchor.agents import AgentLink, Agents
 from pyscrun.anchor.control import Connection, ControlSocket
 from pyscrun.anchor.ending import DRAIN_TIMEOUT, Ending, wait_status
-from pyscrun.anchor.spawn import CreateRequest, write_all
+from pyscrun.anchor.spawn import TERMINATING_SIGNALS, CreateRequest, write_all
 from pyscrun.anchor.staging import Staging
 from pyscrun.anchor.stdio import HIGH_WATER, CallerStdio
 from pyscrun.anchor.store import write_atomic
@@ -45,7 +45,6 @@ if TYPE_CHECKING:
 
     from pyscrun.anchor.shipping import Shipment
 
-_TERMINATING_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 # Once no node agent is left and one of them went without reporting its container's
 # end (killed, or its node died), how long the launcher may take to notice.
 AGENT_LOST_GRACE = 10.0
@@ -114,17 +113,14 @@ class Anchor(Ending):
                 self.request.console_socket,
                 self.request.bundle.config["process"].get("consoleSize"),
             )
-        environ = dict(self.request.environ)
-        # podman run -e SLURM_JOB_ID=N runs the container in that existing job.
-        for entry in self.request.bundle.env:
-            if entry.startswith("SLURM_JOB_ID="):
-                environ["SLURM_JOB_ID"] = entry.partition("=")[2]
         # A job that waits in the queue is given up on SIGTERM, SIGINT or SIGHUP. Once
         # queued, create returns: podman holds the container's lock until it does, and
         # only then can `podman rm -f` (or stop) reach it. A restore waits for its job.
+        started, self.request.started_allocation = self.request.started_allocation, None
         self.allocation = self.backend.allocate(
-            self.site, self.state, self.request.job_options, environ, self.signals.fileno(),
-            queued_is_enough=self.request.restore is None)
+            self.site, self.state, self.request.job_options, self.request.job_environ(),
+            self.signals.fileno(), queued_is_enough=self.request.restore is None,
+            started=started)
         self.state.job_id = self.allocation.job_id
         self.state.job_owned = self.allocation.owned
         self.store.save(self.state)
@@ -156,7 +152,10 @@ class Anchor(Ending):
             self._start()
 
     def run(self, ready_fd: int) -> NoReturn:
-        self.signals = selfpipe.install(self.selector, _TERMINATING_SIGNALS, "signal")
+        # Caught since the anchor's start (spawn.py): what came meanwhile is read now.
+        assert self.request.signals is not None
+        self.signals = self.request.signals
+        self.selector.register(self.signals, selectors.EVENT_READ, "signal")
         try:
             self._setup()
         except BaseException as err:
@@ -252,7 +251,7 @@ class Anchor(Ending):
             assert self.agent_port is not None
             self.agent_port.ready(data, events)
         elif data == "signal":
-            if any(s in _TERMINATING_SIGNALS for s in selfpipe.received(key.fileobj)):  # type: ignore[arg-type]
+            if any(s in TERMINATING_SIGNALS for s in selfpipe.received(key.fileobj)):  # type: ignore[arg-type]
                 log.current.info("terminating on signal: cancelling the container")
                 self._kill(signal.SIGKILL)
         elif data == "queued":

@@ -79,6 +79,7 @@ class Ending(Launch):
             self.restore_probe = ""
 
     def _release(self) -> None:
+        self.request.abandon_started_allocation()
         self._remove_restore_probe()
         if self.bundle_probe:
             from pyscrun.anchor.checkpointing import remove_probe

@@ -14,7 +14,12 @@ from pyscrun.oci.bundle import Bundle
 # typing costs milliseconds at every start of the CLI: for type checkers only.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import socket
     from typing import Any
+
+# The signals that end a container's anchor: SIGTERM, SIGINT and SIGHUP (numbers, not
+# the signal module, which costs create milliseconds before the anchor is forked).
+TERMINATING_SIGNALS = (15, 2, 1)
 
 
 class CreateRequest:
@@ -38,6 +43,27 @@ class CreateRequest:
         self.restore = restore  # the CRIU order when this is a restore
         self.preserve_fds = preserve_fds  # the caller's fds 3.. that go to the container
         self.stand_in: StandIn | None = None  # forked with the anchor
+        # Made by the anchor before its own modules load (start_anchor).
+        self.signals: socket.socket | None = None
+        self.started_allocation: object = None  # the backend's, to wait on
+
+    def job_environ(self) -> dict[str, str]:
+        """The environment the job is asked for with: the caller's, and a
+        `podman run -e SLURM_JOB_ID=N` runs the container in that existing job."""
+        environ = dict(self.environ)
+        for entry in self.bundle.env:
+            if entry.startswith("SLURM_JOB_ID="):
+                environ["SLURM_JOB_ID"] = entry.partition("=")[2]
+        return environ
+
+    def abandon_started_allocation(self) -> None:
+        """Give up the job asked for early if nothing waited on it (the anchor failed
+        before): no salloc, and no job, is left behind."""
+        started, self.started_allocation = self.started_allocation, None
+        if started is not None:
+            from pyscrun import backends
+
+            backends.get(self.site.backend).abandon_allocation(self.site, started)
 
 
 def write_all(fd: int, data: bytes) -> None:
@@ -77,11 +103,19 @@ def _report(read_fd: int) -> bytes:
         signal.signal(signal.SIGTERM, previous)
 
 
+def _start_early(request: CreateRequest) -> None:
+    """In the anchor, before its own modules load: catch what would end it, and ask
+    for the job, whose answer (salloc's, 10 ms and more) then comes while they do."""
+    from pyscrun import backends, selfpipe
+
+    request.signals = selfpipe.catch(TERMINATING_SIGNALS)
+    request.started_allocation = backends.get(request.site.backend).start_allocation(
+        request.site, request.container_id, request.job_options, request.job_environ())
+
+
 def start_anchor(request: CreateRequest, keep_fds: tuple[int, ...]) -> tuple[int, int]:
     """Fork the container's stand-in and the anchor; returns their pids once the anchor
     reported created. Raises on failure, leaving neither."""
-    from pyscrun.anchor.daemon import Anchor
-
     # Forked here, not by the anchor: once create exits, conmon (a subreaper) must be
     # the stand-in's parent, to learn its exit status.
     stand_in = request.stand_in = StandIn.fork()
@@ -111,7 +145,13 @@ def start_anchor(request: CreateRequest, keep_fds: tuple[int, ...]) -> tuple[int
                         pass
             log.current.detach_stderr()
             log.current.prefix = f"scrun-anchor[{request.container_id}]"
-            Anchor(request).run(write_fd)
+            _start_early(request)
+            try:
+                from pyscrun.anchor.daemon import Anchor
+
+                Anchor(request).run(write_fd)
+            finally:
+                request.abandon_started_allocation()  # the anchor failed to start
         finally:
             os._exit(1)
     os.close(write_fd)

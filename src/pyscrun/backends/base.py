@@ -44,12 +44,22 @@ class Backend:
 
     name = "abstract"
 
+    def start_allocation(self, site: Site, container_id: str, options: dict[str, str],
+                         environ: dict[str, str]) -> object:
+        """Start asking for the job and return at once, for allocate to wait on
+        (`started`); None if there is nothing to start. Never raises."""
+        return None
+
+    def abandon_allocation(self, site: Site, started: object) -> None:
+        """Give up a started request allocate never waited on, leaving no job."""
+
     def allocate(self, site: Site, state: ContainerState, options: dict[str, str],
                  environ: dict[str, str], interrupt_fd: int = -1,
-                 queued_is_enough: bool = False) -> Allocation:
-        """The job the container runs in. A wait for it (a queued job) gives up, and
-        leaves no job, as soon as interrupt_fd is readable. queued_is_enough: return
-        once the job is queued (`queued` set; follow it with `advance`)."""
+                 queued_is_enough: bool = False, started: object = None) -> Allocation:
+        """The job the container runs in (from started, what start_allocation began,
+        if given). A wait for it (a queued job) gives up, and leaves no job, as soon as
+        interrupt_fd is readable. queued_is_enough: return once the job is queued
+        (`queued` set; follow it with `advance`)."""
         raise NotImplementedError
 
     def exec_command(self, site: Site, job_id: str, env: dict[str, str], terminal: bool,

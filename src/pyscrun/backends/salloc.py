@@ -36,12 +36,8 @@ class HeldAllocation:
         self.said = b""  # salloc's stderr so far
 
     @classmethod
-    def request(cls, argv: list[str], env: dict[str, str], timeout: float,
-                interrupt_fd: int = -1, queued_is_enough: bool = False) -> HeldAllocation:
-        """Run salloc (argv, without a command) until the job is granted (or, if
-        queued_is_enough, queued: `advance` then follows it). While the job is queued
-        the caller's stderr says so, with its id, as salloc's does; if interrupt_fd
-        becomes readable first, the queued job is withdrawn."""
+    def start(cls, argv: list[str], env: dict[str, str]) -> HeldAllocation:
+        """salloc (argv, without a command) asking for the job; await_job follows it."""
         try:
             process = subprocess.Popen(
                 [*argv, "--", "cat"], env=env, stdin=subprocess.PIPE,
@@ -49,22 +45,28 @@ class HeldAllocation:
                 preexec_fn=identity.preexec())
         except FileNotFoundError:
             raise BackendError(f"{argv[0]} not found: install slurm-client") from None
-        held = cls(process)
+        return cls(process)
+
+    def await_job(self, timeout: float, interrupt_fd: int = -1,
+                  queued_is_enough: bool = False) -> None:
+        """Until the job is granted (or, if queued_is_enough, queued: `advance` then
+        follows it). While the job is queued the caller's stderr says so, with its id,
+        as salloc's does; if interrupt_fd becomes readable first, the queued job is
+        withdrawn."""
         deadline = time.monotonic() + timeout
         with selectors.DefaultSelector() as selector:
-            selector.register(held.fileno(), selectors.EVENT_READ, "salloc")
+            selector.register(self.fileno(), selectors.EVENT_READ, "salloc")
             if interrupt_fd >= 0:
                 selector.register(interrupt_fd, selectors.EVENT_READ, "interrupt")
-            while not held.granted and not (held.job_id and queued_is_enough):
+            while not self.granted and not (self.job_id and queued_is_enough):
                 remaining = deadline - time.monotonic()
                 ready = [key.data for key, _ in selector.select(remaining)] if remaining > 0 else []
                 if not ready or "interrupt" in ready:
-                    held.withdraw()
+                    self.withdraw()
                     if ready:
                         raise BackendError("interrupted while the job waited in the queue")
                     raise BackendError(f"salloc was not granted a job within {timeout:.0f} s")
-                held.advance()
-        return held
+                self.advance()
 
     def fileno(self) -> int:
         """Readable when salloc says something: whether a queued job came, or failed."""
@@ -97,6 +99,18 @@ class HeldAllocation:
             return True
         self.process.send_signal(signal.SIGINT)
         return self._ended_within(WITHDRAW_TIMEOUT)
+
+    def abandon(self) -> str:
+        """Give up a job never waited for, granted or not (its anchor failed before it
+        looked): the job's id if salloc had to be killed with it still held, for the
+        caller to cancel, else ''."""
+        assert self.process.stdin is not None
+        self.process.stdin.close()  # a granted job's `cat` ends: salloc gives it back
+        if self.withdraw():
+            return ""
+        self.said += self._rest_of_stderr()
+        named = _GRANTED.search(self.said) or _PENDING.search(self.said)
+        return named.group(1).decode() if named else ""
 
     def release(self) -> bool:
         """Give the job back; False if salloc did not end in time (then it is killed) or

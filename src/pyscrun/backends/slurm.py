@@ -75,24 +75,47 @@ def await_terminal_size(timeout: float = TERMINAL_SIZE_WAIT) -> None:
         time.sleep(0.01)
 
 
+def _salloc_argv(container_id: str, options: dict[str, str]) -> list[str]:
+    job_name = options.get("SCRUN_JOB_NAME", "scrun")
+    return ["salloc", f"--job-name={job_name}", f"--comment=scrun container {container_id}",
+            *(a for a in scrun_env.arguments(options, scrun_env.ALLOC)
+              if not a.startswith("--job-name="))]
+
+
 class SlurmBackend(Backend):
     name = "slurm"
 
+    def start_allocation(self, site: Site, container_id: str, options: dict[str, str],
+                         environ: dict[str, str]) -> object:
+        """salloc, asking at once: its answer comes while the anchor gets ready. None
+        where no job is asked for (SLURM_JOB_ID given), or salloc does not start
+        (allocate then says why)."""
+        if environ.get("SLURM_JOB_ID"):
+            return None
+        try:
+            return HeldAllocation.start(_salloc_argv(container_id, options), _env(site))
+        except BackendError:
+            return None
+
+    def abandon_allocation(self, site: Site, started: object) -> None:
+        if isinstance(started, HeldAllocation):
+            job_id = started.abandon()
+            if job_id:
+                self._cancel(site, job_id)
+
     def allocate(self, site: Site, state: ContainerState, options: dict[str, str],
                  environ: dict[str, str], interrupt_fd: int = -1,
-                 queued_is_enough: bool = False) -> Allocation:
+                 queued_is_enough: bool = False, started: object = None) -> Allocation:
         given = environ.get("SLURM_JOB_ID")
         if given:
             return Allocation(job_id=given, nodes=[], owned=False,
                               env={"SLURM_JOB_ID": given})
-        job_name = options.get("SCRUN_JOB_NAME", "scrun")
-        argv = ["salloc", f"--job-name={job_name}", f"--comment=scrun container {state.id}"]
-        argv += [a for a in scrun_env.arguments(options, scrun_env.ALLOC)
-                 if not a.startswith("--job-name=")]
+        argv = _salloc_argv(state.id, options)
         log.current.debug(f"slurm: {' '.join(argv)}")
         try:
-            held = HeldAllocation.request(argv, _env(site), SALLOC_TIMEOUT, interrupt_fd,
-                                          queued_is_enough)
+            held = started if isinstance(started, HeldAllocation) else \
+                HeldAllocation.start(argv, _env(site))
+            held.await_job(SALLOC_TIMEOUT, interrupt_fd, queued_is_enough)
         except BackendError as err:
             raise BackendError(
                 f"job allocation failed: {_slurm_error(str(err), 'salloc failed')}") from None
