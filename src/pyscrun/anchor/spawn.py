@@ -63,7 +63,10 @@ class CreateRequest:
         if started is not None:
             from pyscrun import backends
 
-            backends.get(self.site.backend).abandon_allocation(self.site, started)
+            try:
+                backends.get(self.site.backend).abandon_allocation(self.site, started)
+            except ScrunError as err:  # as a release's: said, and the anchor goes on ending
+                log.current.error(f"giving up the job asked for: {err}")
 
 
 def write_all(fd: int, data: bytes) -> None:

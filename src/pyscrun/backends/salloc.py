@@ -28,6 +28,15 @@ RELEASE_TIMEOUT = 30.0
 WITHDRAW_TIMEOUT = 10.0
 
 
+def _job_named(said: bytes) -> tuple[str, bool]:
+    """The job salloc named in what it said ('' if none yet), and whether granted."""
+    granted = _GRANTED.search(said)
+    if granted:
+        return granted.group(1).decode(), True
+    queued = _PENDING.search(said)
+    return (queued.group(1).decode() if queued else ""), False
+
+
 class HeldAllocation:
     def __init__(self, process: subprocess.Popen[bytes]) -> None:
         self.process = process
@@ -38,6 +47,7 @@ class HeldAllocation:
     @classmethod
     def start(cls, argv: list[str], env: dict[str, str]) -> HeldAllocation:
         """salloc (argv, without a command) asking for the job; await_job follows it."""
+        log.current.debug(f"slurm: {' '.join(argv)}")
         try:
             process = subprocess.Popen(
                 [*argv, "--", "cat"], env=env, stdin=subprocess.PIPE,
@@ -82,13 +92,12 @@ class HeldAllocation:
             raise BackendError(self.said.decode(errors="replace").strip()
                                or f"salloc exited {self.process.returncode}")
         self.said += chunk
-        granted = _GRANTED.search(self.said)
+        job_id, granted = _job_named(self.said)
         if granted:
-            self.job_id, self.granted = granted.group(1).decode(), True
+            self.job_id, self.granted = job_id, True
             return
-        queued = _PENDING.search(self.said)
-        if queued and not self.job_id:
-            self.job_id = queued.group(1).decode()
+        if job_id and not self.job_id:
+            self.job_id = job_id
             log.current.info(f"job {self.job_id} queued and waiting for resources")
             log.tell_caller(f"scrun: job {self.job_id} queued and waiting for resources")
 
@@ -109,8 +118,7 @@ class HeldAllocation:
         if self.withdraw():
             return ""
         self.said += self._rest_of_stderr()
-        named = _GRANTED.search(self.said) or _PENDING.search(self.said)
-        return named.group(1).decode() if named else ""
+        return _job_named(self.said)[0]
 
     def release(self) -> bool:
         """Give the job back; False if salloc did not end in time (then it is killed) or

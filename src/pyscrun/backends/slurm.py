@@ -110,11 +110,9 @@ class SlurmBackend(Backend):
         if given:
             return Allocation(job_id=given, nodes=[], owned=False,
                               env={"SLURM_JOB_ID": given})
-        argv = _salloc_argv(state.id, options)
-        log.current.debug(f"slurm: {' '.join(argv)}")
         try:
             held = started if isinstance(started, HeldAllocation) else \
-                HeldAllocation.start(argv, _env(site))
+                HeldAllocation.start(_salloc_argv(state.id, options), _env(site))
             held.await_job(SALLOC_TIMEOUT, interrupt_fd, queued_is_enough)
         except BackendError as err:
             raise BackendError(
