@@ -98,6 +98,13 @@ class ControlSocket:
         except FileNotFoundError:
             pass
 
+    def detach(self, client: Connection) -> Connection:
+        """Let go of client without closing it: its answer outlives the socket."""
+        if client in self.clients:
+            self.clients.remove(client)
+            self.selector.unregister(client.conn)
+        return client
+
     def _accept(self) -> None:
         try:
             conn = protocol.accept(self.listener)
@@ -129,10 +136,7 @@ class ControlSocket:
         self._drop(min(idle, key=lambda c: c.active))
 
     def _drop(self, client: Connection) -> None:
-        if client in self.clients:
-            self.clients.remove(client)
-            self.selector.unregister(client.conn)
-        client.conn.close()
+        self.detach(client).conn.close()
 
     def _read(self, client: Connection) -> None:
         received = client.reader.receive(client.conn)

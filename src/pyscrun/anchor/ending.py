@@ -14,12 +14,14 @@ import time
 from pyscrun import log
 from pyscrun.anchor.launch import Launch
 from pyscrun.errors import ScrunError
-from pyscrun.oci.state import CREATED, STOPPED, shell_status
+from pyscrun.oci.state import CREATED, STOPPED, process_reaped, shell_status
 from pyscrun.watch import watch
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from pyscrun.anchor.control import ControlSocket
+    from typing import Any
+
+    from pyscrun.anchor.control import Connection, ControlSocket
 
 # Once the step ended, how long its agents' last frames (output, status) may take to
 # arrive, and the caller to take the output.
@@ -27,6 +29,8 @@ DRAIN_TIMEOUT = 10.0
 # Once every task reported its container's end, how long the step may take to end by
 # itself (its agents remove what is left of their containers first).
 STEP_END_GRACE = 10.0
+# How long conmon may take to reap the stand-in once it exited.
+STAND_IN_REAPED = 5.0
 
 
 class Ending(Launch):
@@ -122,8 +126,6 @@ class Ending(Launch):
             self.store.save(self.state)
         except ScrunError as err:
             log.current.error(str(err))
-        for client, reply in self.stopped_waiters:
-            client.send(reply)
         self._give_waiting_orders()
         if before_step:
             # Ended before its step: podman has the status now, and delete waits for
@@ -131,8 +133,27 @@ class Ending(Launch):
             self.stand_in.exit(status)
             self._await_step()
             self._finish_stdio()
+        checkpointed = self.stopped_waiters
+        if checkpointed and self.control is not None:
+            checkpointed = [(self.control.detach(c), r) for c, r in checkpointed]
         self._release()
+        if checkpointed:
+            self._answer_stopped(checkpointed, status)
         return status
+
+    def _answer_stopped(self, waiters: list[tuple[Connection, dict[str, Any]]],
+                        status: int) -> None:
+        """As runc's, a checkpoint that stops the container returns once it has ended
+        for podman: conmon has seen the stand-in's status (podman next removes the
+        files conmon writes then)."""
+        self.stand_in.exit(status)
+        deadline = time.monotonic() + STAND_IN_REAPED
+        while (not process_reaped(self.stand_in.pid, self.state.stand_in_start)
+               and time.monotonic() < deadline):
+            time.sleep(0.002)
+        for client, reply in waiters:
+            client.send(reply)
+            client.conn.close()
 
     def _finish_stdio(self) -> None:
         if self.stdio is not None:

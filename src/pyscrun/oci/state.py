@@ -125,6 +125,13 @@ def process_start_time(pid: int) -> int:
     return stat[1] if stat else 0
 
 
+def process_reaped(pid: int, start_time: int) -> bool:
+    """True once pid, started at start_time, is gone even as a zombie: its parent has
+    seen its status."""
+    stat = _proc_stat(pid)
+    return stat is None or stat[1] != start_time
+
+
 def process_alive(pid: int, start_time: int) -> bool:
     """True if pid runs and is the process that started at start_time (0: any)."""
     if pid <= 0:
