@@ -119,7 +119,7 @@ class Anchor(Ending):
         started, self.request.started_allocation = self.request.started_allocation, None
         self.allocation = self.backend.allocate(
             self.site, self.state, self.request.job_options, self.request.job_environ(),
-            self.signals.fileno(), queued_is_enough=self.request.restore is None,
+            self.signals, queued_is_enough=self.request.restore is None,
             started=started)
         self.state.job_id = self.allocation.job_id
         self.state.job_owned = self.allocation.owned

@@ -14,7 +14,6 @@ from pyscrun.oci.bundle import Bundle
 # typing costs milliseconds at every start of the CLI: for type checkers only.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    import socket
     from typing import Any
 
 # The signals that end a container's anchor: SIGTERM, SIGINT and SIGHUP (numbers, not
@@ -44,7 +43,7 @@ class CreateRequest:
         self.preserve_fds = preserve_fds  # the caller's fds 3.. that go to the container
         self.stand_in: StandIn | None = None  # forked with the anchor
         # Made by the anchor before its own modules load (start_anchor).
-        self.signals: socket.socket | None = None
+        self.signals: int | None = None
         self.started_allocation: object = None  # the backend's, to wait on
 
     def job_environ(self) -> dict[str, str]:

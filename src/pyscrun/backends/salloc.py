@@ -9,37 +9,70 @@ every state, created included.
 from __future__ import annotations
 
 import os
-import re
-import selectors
-import signal
-import subprocess
 import time
 
 from pyscrun import identity, log
 from pyscrun.errors import BackendError
 
-_GRANTED = re.compile(rb"Granted job allocation (\d+)")
-_PENDING = re.compile(rb"Pending job allocation (\d+)")
+# salloc's words that name the job; the job's number follows.
+_GRANTED = b"Granted job allocation "
+_PENDING = b"Pending job allocation "
 # salloc's words when slurmctld did not take the job back (it still exits 0).
 _UNRELEASED = b"Unable to clean up job allocation"
 # How long release waits for salloc to give the job back before cancelling it.
 RELEASE_TIMEOUT = 30.0
 # How long salloc may take to withdraw a queued job once told to.
 WITHDRAW_TIMEOUT = 10.0
+_SIGINT, _SIGKILL = 2, 9
+
+
+def _number_after(said: bytes, words: bytes) -> str:
+    at = said.find(words)
+    rest = said[at + len(words):].split(maxsplit=1) if at >= 0 else []
+    return rest[0].decode() if rest and rest[0].isdigit() else ""
 
 
 def _job_named(said: bytes) -> tuple[str, bool]:
     """The job salloc named in what it said ('' if none yet), and whether granted."""
-    granted = _GRANTED.search(said)
+    granted = _number_after(said, _GRANTED)
     if granted:
-        return granted.group(1).decode(), True
-    queued = _PENDING.search(said)
-    return (queued.group(1).decode() if queued else ""), False
+        return granted, True
+    return _number_after(said, _PENDING), False
+
+
+def _spawn(argv: list[str], env: dict[str, str]) -> tuple[int, int, int]:
+    """Start argv with its stdin and stderr pipes of ours (stdout: nowhere): its pid and
+    the ends we hold. fork and exec rather than subprocess, whose import (with re and
+    locale, 6 ms) would come before salloc's start when the anchor asks early."""
+    stdin_read, stdin_write = os.pipe()
+    stderr_read, stderr_write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.dup2(stdin_read, 0)
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, 1)
+            os.dup2(stderr_write, 2)
+            os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+            identity.become_real_user()
+            os.execvpe(argv[0], argv, env)
+        except FileNotFoundError:
+            os.write(2, f"{argv[0]} not found: install slurm-client".encode())
+        except OSError as err:
+            os.write(2, f"cannot run {argv[0]}: {err.strerror}".encode())
+        finally:
+            os._exit(127)
+    os.close(stdin_read)
+    os.close(stderr_write)
+    return pid, stdin_write, stderr_read
 
 
 class HeldAllocation:
-    def __init__(self, process: subprocess.Popen[bytes]) -> None:
-        self.process = process
+    def __init__(self, pid: int, stdin_fd: int, stderr_fd: int) -> None:
+        self.pid = pid
+        self.stdin_fd = stdin_fd  # closed: `cat` ends, and salloc gives the job back
+        self.stderr_fd = stderr_fd
+        self.returncode: int | None = None  # once salloc ended
         self.job_id = ""
         self.granted = False
         self.said = b""  # salloc's stderr so far
@@ -48,14 +81,7 @@ class HeldAllocation:
     def start(cls, argv: list[str], env: dict[str, str]) -> HeldAllocation:
         """salloc (argv, without a command) asking for the job; await_job follows it."""
         log.current.debug(f"slurm: {' '.join(argv)}")
-        try:
-            process = subprocess.Popen(
-                [*argv, "--", "cat"], env=env, stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                preexec_fn=identity.preexec())
-        except FileNotFoundError:
-            raise BackendError(f"{argv[0]} not found: install slurm-client") from None
-        return cls(process)
+        return cls(*_spawn([*argv, "--", "cat"], env))
 
     def await_job(self, timeout: float, interrupt_fd: int = -1,
                   queued_is_enough: bool = False) -> None:
@@ -63,34 +89,35 @@ class HeldAllocation:
         follows it). While the job is queued the caller's stderr says so, with its id,
         as salloc's does; if interrupt_fd becomes readable first, the queued job is
         withdrawn."""
+        import select
+
         deadline = time.monotonic() + timeout
-        with selectors.DefaultSelector() as selector:
-            selector.register(self.fileno(), selectors.EVENT_READ, "salloc")
-            if interrupt_fd >= 0:
-                selector.register(interrupt_fd, selectors.EVENT_READ, "interrupt")
-            while not self.granted and not (self.job_id and queued_is_enough):
-                remaining = deadline - time.monotonic()
-                ready = [key.data for key, _ in selector.select(remaining)] if remaining > 0 else []
-                if not ready or "interrupt" in ready:
-                    self.withdraw()
-                    if ready:
-                        raise BackendError("interrupted while the job waited in the queue")
-                    raise BackendError(f"salloc was not granted a job within {timeout:.0f} s")
-                self.advance()
+        poller = select.poll()
+        poller.register(self.stderr_fd, select.POLLIN)
+        if interrupt_fd >= 0:
+            poller.register(interrupt_fd, select.POLLIN)
+        while not self.granted and not (self.job_id and queued_is_enough):
+            remaining = deadline - time.monotonic()
+            ready = [fd for fd, _ in poller.poll(remaining * 1000)] if remaining > 0 else []
+            if not ready or interrupt_fd in ready:
+                self.withdraw()
+                if ready:
+                    raise BackendError("interrupted while the job waited in the queue")
+                raise BackendError(f"salloc was not granted a job within {timeout:.0f} s")
+            self.advance()
 
     def fileno(self) -> int:
         """Readable when salloc says something: whether a queued job came, or failed."""
-        assert self.process.stderr is not None
-        return self.process.stderr.fileno()
+        return self.stderr_fd
 
     def advance(self) -> None:
         """Read what salloc said (it was readable): granted, queued, or BackendError
         when salloc ended without a job."""
         chunk = os.read(self.fileno(), 65536)
         if not chunk:
-            self.process.wait()
+            self._ended_within(None)
             raise BackendError(self.said.decode(errors="replace").strip()
-                               or f"salloc exited {self.process.returncode}")
+                               or f"salloc exited {self.returncode}")
         self.said += chunk
         job_id, granted = _job_named(self.said)
         if granted:
@@ -104,17 +131,16 @@ class HeldAllocation:
     def withdraw(self) -> bool:
         """End a salloc whose job is still queued: on SIGINT it withdraws the job.
         False if it had to be killed instead (the job may still be queued)."""
-        if self.process.poll() is not None:
+        if self._ended_within(0):
             return True
-        self.process.send_signal(signal.SIGINT)
+        os.kill(self.pid, _SIGINT)
         return self._ended_within(WITHDRAW_TIMEOUT)
 
     def abandon(self) -> str:
         """Give up a job never waited for, granted or not (its anchor failed before it
         looked): the job's id if salloc had to be killed with it still held, for the
         caller to cancel, else ''."""
-        assert self.process.stdin is not None
-        self.process.stdin.close()  # a granted job's `cat` ends: salloc gives it back
+        self._close_stdin()  # a granted job's `cat` ends: salloc gives it back
         if self.withdraw():
             return ""
         self.said += self._rest_of_stderr()
@@ -125,29 +151,45 @@ class HeldAllocation:
         could not give the job back (it exits 0 even when slurmctld was unreachable)."""
         if not self.granted:
             return self.withdraw()
-        assert self.process.stdin is not None
-        self.process.stdin.close()
+        self._close_stdin()
         return self._ended_within(RELEASE_TIMEOUT) and _UNRELEASED not in self._rest_of_stderr()
 
-    def _ended_within(self, timeout: float) -> bool:
-        """salloc ended by itself within timeout; else it is killed (False)."""
-        try:
-            self.process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+    def _close_stdin(self) -> None:
+        if self.stdin_fd >= 0:
+            os.close(self.stdin_fd)
+            self.stdin_fd = -1
+
+    def _ended_within(self, timeout: float | None) -> bool:
+        """salloc ended by itself within timeout (None: however long it takes); else
+        it is killed (False), unless timeout is 0: a look only."""
+        if self.returncode is not None:
+            return True
+        if timeout:
+            import select
+
+            pidfd = os.pidfd_open(self.pid)
+            try:
+                select.select([pidfd], [], [], timeout)
+            finally:
+                os.close(pidfd)
+        if not self._reaped(os.WNOHANG if timeout is not None else 0) and timeout:
+            os.kill(self.pid, _SIGKILL)
+            self._reaped(0)
             return False
-        return True
+        return self.returncode is not None
+
+    def _reaped(self, flags: int) -> bool:
+        pid, status = os.waitpid(self.pid, flags)
+        if pid:
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return bool(pid)
 
     def _rest_of_stderr(self) -> bytes:
         """What salloc said after the grant (it has exited: no waiting for more)."""
-        if self.process.stderr is None:
-            return b""
-        fd = self.process.stderr.fileno()
-        os.set_blocking(fd, False)
+        os.set_blocking(self.stderr_fd, False)
         said = b""
         try:
-            while chunk := os.read(fd, 65536):
+            while chunk := os.read(self.stderr_fd, 65536):
                 said += chunk
         except BlockingIOError:
             pass

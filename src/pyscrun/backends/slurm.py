@@ -7,12 +7,10 @@ output is parsed here alone.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 
 from pyscrun import identity, log
-from pyscrun.anchor.console import make_controlling_terminal
 from pyscrun.backends.base import Allocation, Backend, LaunchRequest, Step
 from pyscrun.backends.salloc import HeldAllocation
 from pyscrun.conf import scrun_env
@@ -20,6 +18,12 @@ from pyscrun.conf.site import Site
 from pyscrun.errors import BackendError
 from pyscrun.fs import which
 from pyscrun.oci.state import ContainerState
+
+# The anchor asks for its job (start_allocation) before its own modules load: what
+# only later steps need is imported where they run.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import subprocess
 
 # salloc waits in the queue for as long as the job waits; podman allows create ~240 s.
 SALLOC_TIMEOUT = 3600.0
@@ -49,6 +53,8 @@ def _slurm_error(stderr: str, fallback: str) -> str:
 
 
 def run_command(site: Site, argv: list[str], timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
+    import subprocess
+
     log.current.debug(f"slurm: {' '.join(argv)}")
     try:
         return subprocess.run(argv, env=_env(site), capture_output=True, text=True,
@@ -181,6 +187,8 @@ class SlurmBackend(Backend):
             return Step(pid)
         try:
             if request.terminal_fd is not None:
+                from pyscrun.anchor.console import make_controlling_terminal
+
                 make_controlling_terminal(request.terminal_fd)
                 await_terminal_size()
             else:
@@ -220,6 +228,8 @@ class SlurmBackend(Backend):
                 "--job-name=lua-command", f"--nodes={nodes.stdout.strip()}",
                 "--ntasks-per-node=1", "--quiet", *site.oci.SrunArgs,
                 "--", "/bin/sh", "-c", script]
+        import subprocess
+
         log.current.debug(f"slurm: {' '.join(argv)}")
         done = subprocess.run(argv, env=_env(site), stdin=subprocess.DEVNULL,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False,

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import selectors
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Callable
@@ -219,7 +218,7 @@ class Agent(ContainerModes):
         known = pid != self.runtime_pid
         self._send({"event": "running", "pid": pid if known else None})
 
-    def _on_signal(self, reader: socket.socket) -> None:
+    def _on_signal(self, reader: int) -> None:
         for signum in selfpipe.received(reader):
             self.deliver(signum)
 
