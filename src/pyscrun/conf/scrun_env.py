@@ -7,9 +7,12 @@ separate argv entries, never through a shell.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-
 from pyscrun.errors import UsageError
+
+# collections (2 ms) would load at every create: for type checkers only.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
 
 ALLOC, STEP = "alloc", "step"
 
