@@ -61,6 +61,6 @@ def test_a_config_with_its_own_user_mapping_is_left_to_the_runtime(tmp_path: Pat
 
 def test_no_namespace_is_made_where_none_is_asked_for(tmp_path: Path) -> None:
     before = os.readlink("/proc/self/ns/user")
-    userns.enter_from({"PYSCRUN_AGENT_BUNDLE": str(tmp_path)})
-    userns.enter_from({userns.ENV: "", "PYSCRUN_AGENT_BUNDLE": str(tmp_path)})
+    userns.Entering({"PYSCRUN_AGENT_BUNDLE": str(tmp_path)}).finish()
+    userns.Entering({userns.ENV: "", "PYSCRUN_AGENT_BUNDLE": str(tmp_path)}).finish()
     assert os.readlink("/proc/self/ns/user") == before

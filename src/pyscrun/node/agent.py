@@ -352,10 +352,11 @@ class Agent(ContainerModes):
         return 0
 
 
-def main(env: dict[str, str]) -> int:
-    """Run one task; returns its exit status. Errors become a message and status 255."""
+def main(env: dict[str, str], entering: userns.Entering) -> int:
+    """Run one task, in the user namespace being entered; returns its exit status.
+    Errors become a message and status 255."""
     try:
-        userns.enter_from(env)
+        entering.finish()
         settle_runtime_dir(env)
         # The node's own configuration: beside the slurm.conf slurmstepd names in the
         # task's SLURM_CONF (the local backend names the caller's).
@@ -392,9 +393,9 @@ def _report_error(env: dict[str, str], message: str) -> None:
     link.close()
 
 
-def cli() -> None:
+def cli(entering: userns.Entering) -> None:
     """Entry point when srun starts the agent: `python -m pyscrun.node`."""
     from pyscrun.leave import leave
 
-    leave(main(dict(os.environ)))
+    leave(main(dict(os.environ), entering))
 
