@@ -179,7 +179,11 @@ class HeldAllocation:
         return self.returncode is not None
 
     def _reaped(self, flags: int) -> bool:
-        pid, status = os.waitpid(self.pid, flags)
+        try:
+            pid, status = os.waitpid(self.pid, flags)
+        except ChildProcessError:
+            self.returncode = 255  # reaped already: its status is lost, not its end
+            return True
         if pid:
             self.returncode = os.waitstatus_to_exitcode(status)
         return bool(pid)

@@ -27,8 +27,9 @@ class Entering:
     """The namespace env asks for, being entered: this process has made it, and a
     helper runs newuidmap and newgidmap meanwhile (while the agent loads its modules:
     node/__main__.py; unmapped until then, this process reads only what any user may).
-    finish() waits for the maps. Nothing to wait for where none is
-    asked for, or this process is in it already (an agent forked inside it)."""
+    finish() waits for the maps, and raises what went wrong (the agent reports it).
+    Nothing to wait for where none is asked for, or this process is in it already (an
+    agent forked inside it)."""
 
     def __init__(self, env: Mapping[str, str]) -> None:
         self.helper = 0
@@ -37,11 +38,10 @@ class Entering:
         wanted = env.get(ENV, "")
         if not wanted or _maps_its_own_users(env.get("PYSCRUN_AGENT_BUNDLE", "")):
             return
-        if identity.namespace_maps() == wanted:
-            return
-        uid_map, _, gid_map = wanted.partition(";")
         try:
-            self._begin(uid_map, gid_map)
+            if identity.namespace_maps() != wanted:
+                uid_map, _, gid_map = wanted.partition(";")
+                self._begin(uid_map, gid_map)
         except OSError as err:
             self.error = err
 
