@@ -14,7 +14,7 @@ import time
 from pyscrun import log
 from pyscrun.anchor.launch import Launch
 from pyscrun.errors import ScrunError
-from pyscrun.oci.state import CREATED, STOPPED, process_reaped, shell_status
+from pyscrun.oci.state import CREATED, STOPPED, shell_status, wait_reaped
 from pyscrun.watch import watch
 
 TYPE_CHECKING = False
@@ -147,10 +147,7 @@ class Ending(Launch):
         for podman: conmon has seen the stand-in's status (podman next removes the
         files conmon writes then)."""
         self.stand_in.exit(status)
-        deadline = time.monotonic() + STAND_IN_REAPED
-        while (not process_reaped(self.stand_in.pid, self.state.stand_in_start)
-               and time.monotonic() < deadline):
-            time.sleep(0.002)
+        wait_reaped(self.stand_in.pid, self.state.stand_in_start, STAND_IN_REAPED)
         for client, reply in waiters:
             client.send(reply)
             client.conn.close()

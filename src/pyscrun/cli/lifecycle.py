@@ -19,8 +19,8 @@ from pyscrun.oci.state import (
     STOPPED,
     ContainerState,
     process_alive,
-    process_start_time,
     shell_status,
+    wait_reaped,
 )
 
 TYPE_CHECKING = False
@@ -220,7 +220,7 @@ def _raced_an_end(state: ContainerState) -> int:
     removes a container it still thinks runs, and takes a refusal for a failure
     (`podman rm -af` as `run --rm` containers end)."""
     _wait_gone(state.stand_in, state.stand_in_start, DELETE_TIMEOUT)
-    _wait_reaped(state.stand_in, state.stand_in_start, REAP_TIMEOUT)
+    wait_reaped(state.stand_in, state.stand_in_start, REAP_TIMEOUT)
     return 0
 
 
@@ -239,13 +239,6 @@ def _wait_stopped(store: Store, state: ContainerState, timeout: float) -> bool:
             return False
         _wait_gone(state.pid, state.pid_start, min(remaining, 0.2))
     return True
-
-
-def _wait_reaped(pid: int, start_time: int, timeout: float) -> None:
-    """Wait until pid (that started at start_time) is no longer even a zombie."""
-    deadline = time.monotonic() + timeout
-    while start_time and process_start_time(pid) == start_time and time.monotonic() < deadline:
-        time.sleep(0.01)
 
 
 def _wait_gone(pid: int, start_time: int, timeout: float) -> bool:

@@ -125,11 +125,14 @@ def process_start_time(pid: int) -> int:
     return stat[1] if stat else 0
 
 
-def process_reaped(pid: int, start_time: int) -> bool:
-    """True once pid, started at start_time, is gone even as a zombie: its parent has
-    seen its status."""
-    stat = _proc_stat(pid)
-    return stat is None or stat[1] != start_time
+def wait_reaped(pid: int, start_time: int, timeout: float) -> None:
+    """Wait until pid (that started at start_time) is no longer even a zombie: its
+    parent has seen its status."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while start_time and process_start_time(pid) == start_time and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def process_alive(pid: int, start_time: int) -> bool:
