@@ -102,3 +102,41 @@ def test_terminal_without_console_socket(run_mode_runtime: Runtime, tmp_path: Pa
     bundle = make_bundle(tmp_path, ["sh"], terminal=True)
     done = run_mode_runtime.scrun("create", "-b", str(bundle), "x")
     _assert_clean_failure(done, "console-socket")
+
+
+# The pids controller of the machine's cgroups (v1 here; v2 names no controller dir).
+PIDS_CGROUPS = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))
+
+
+def _pids_cgroup(tmp_path: Path) -> Path:
+    for parent in PIDS_CGROUPS:
+        if (parent / "cgroup.procs").exists() and (
+                (parent / "pids.max").exists() or parent.name == "pids"):
+            group = parent / f"pyscrun-test-{tmp_path.name}"
+            group.mkdir()
+            return group
+    pytest.fail("no pids cgroup controller under /sys/fs/cgroup: the kernel's pids "
+                "controller is needed to limit create's processes")
+
+
+@pytest.mark.parametrize(("room", "refused"), [(1, "anchor"), (2, "stand-in")])
+def test_create_that_cannot_fork_leaves_nothing(run_mode_runtime: Runtime, tmp_path: Path,
+                                                room: int, refused: str) -> None:
+    """create forks the container's anchor, then its stand-in. Where the machine refuses
+    one of them (the pids limit of the caller's cgroup: room for create alone, or for
+    create and its anchor), create fails with one line naming it and leaves no anchor,
+    no stand-in and no state."""
+    bundle = make_bundle(tmp_path, ["true"])
+    group = _pids_cgroup(tmp_path)
+    try:
+        (group / "pids.max").write_text(str(room))
+        done = subprocess.run(
+            ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(group / "cgroup.procs"),
+             str(run_mode_runtime.wrapper), "create", "-b", str(bundle), "forkless"],
+            capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        _assert_clean_failure(
+            done, f"cannot start the container's {refused}: Resource temporarily unavailable")
+        assert (group / "cgroup.procs").read_text() == "", "a process of create's is left"
+        assert not (run_mode_runtime.root / "forkless").exists()
+    finally:
+        group.rmdir()

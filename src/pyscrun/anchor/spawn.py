@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from pyscrun import log
-from pyscrun.anchor.stand_in import StandIn
+from pyscrun.anchor.stand_in import StandIn, StandInPipes
 from pyscrun.anchor.store import Store
 from pyscrun.conf.site import Site
 from pyscrun.errors import ScrunError
@@ -116,13 +116,17 @@ def _start_early(request: CreateRequest) -> None:
 
 
 def start_anchor(request: CreateRequest, keep_fds: tuple[int, ...]) -> tuple[int, int]:
-    """Fork the container's stand-in and the anchor; returns their pids once the anchor
+    """Fork the anchor and the container's stand-in; returns their pids once the anchor
     reported created. Raises on failure, leaving neither."""
-    # Forked here, not by the anchor: once create exits, conmon (a subreaper) must be
-    # the stand-in's parent, to learn its exit status.
-    stand_in = request.stand_in = StandIn.fork()
+    stand_in = StandInPipes()
     read_fd, write_fd = os.pipe()
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError as err:
+        for fd in (read_fd, write_fd):
+            os.close(fd)
+        stand_in.close()
+        raise ScrunError(f"cannot start the container's anchor: {err.strerror}") from None
     if pid == 0:
         try:
             os.close(read_fd)
@@ -138,7 +142,8 @@ def start_anchor(request: CreateRequest, keep_fds: tuple[int, ...]) -> tuple[int
                     os.close(null)
             # Hold nothing of the caller's but stdio (and fds it asked to preserve):
             # a stray copy of one of conmon's pipes would keep it waiting forever.
-            keep = {0, 1, 2, write_fd, *stand_in.fds(), *keep_fds, *log.current.open_fds()}
+            keep = {0, 1, 2, write_fd, *stand_in.anchor_ends(), *keep_fds,
+                    *log.current.open_fds()}
             for fd in _open_fds():
                 if fd not in keep:
                     try:
@@ -151,29 +156,42 @@ def start_anchor(request: CreateRequest, keep_fds: tuple[int, ...]) -> tuple[int
             try:
                 from pyscrun.anchor.daemon import Anchor
 
+                request.stand_in = stand_in.receive()
                 Anchor(request).run(write_fd)
             finally:
                 request.abandon_started_allocation()  # the anchor failed to start
         finally:
             os._exit(1)
     os.close(write_fd)
-    stand_in.close()
     try:
-        reply = _report(read_fd)
-    except KeyboardInterrupt:
-        # Ctrl-C or SIGTERM while the job waits in the queue: the anchor withdraws it
-        # and gives up, and so does create.
-        os.kill(pid, 15)
-        _report(read_fd)
-        os.waitpid(pid, 0)
-        os.waitpid(stand_in.pid, 0)
-        raise
+        try:
+            # Forked here, not by the anchor: once create exits, conmon (a subreaper)
+            # must be the stand-in's parent, to learn its exit status. After the
+            # anchor, which meanwhile asks for the job.
+            stand_in_pid = stand_in.fork()
+        except BaseException:
+            _reap_both(pid, stand_in.forked)  # the anchor, told no stand-in, gives up
+            raise
+        try:
+            reply = _report(read_fd)
+        except KeyboardInterrupt:
+            # Ctrl-C or SIGTERM while the job waits in the queue: the anchor withdraws
+            # it and gives up, and so does create.
+            os.kill(pid, 15)
+            _report(read_fd)
+            _reap_both(pid, stand_in_pid)
+            raise
     finally:
         os.close(read_fd)
     if reply == b"ok\n":
-        return pid, stand_in.pid
-    os.waitpid(pid, 0)
+        return pid, stand_in_pid
     # The anchor's end closed the stand-in's orders: it exits.
-    os.waitpid(stand_in.pid, 0)
+    _reap_both(pid, stand_in_pid)
     message = reply.decode(errors="replace").strip().removeprefix("error ")
     raise ScrunError(message or "the anchor died while creating the container")
+
+
+def _reap_both(anchor: int, stand_in: int) -> None:
+    os.waitpid(anchor, 0)
+    if stand_in:
+        os.waitpid(stand_in, 0)

@@ -34,6 +34,81 @@ _JOINED = (("user", 0x10000000), ("cgroup", 0x02000000), ("ipc", 0x08000000),
            ("uts", 0x04000000), ("net", 0x40000000), ("mnt", 0x00020000))
 
 
+class StandInPipes:
+    """The pipes between the anchor and the stand-in, made before either is forked.
+
+    create forks the anchor first, which asks for the job at once, and the stand-in
+    after it (a few milliseconds: new namespaces), telling the anchor the stand-in's
+    pid on a third pipe once it is known."""
+
+    def __init__(self) -> None:
+        self.orders_read, self.orders_write = os.pipe()
+        self.answers_read, self.answers_write = os.pipe()
+        self.pid_read, self.pid_write = os.pipe()
+        self.forked = 0  # the stand-in's pid, in create, once forked
+
+    def anchor_ends(self) -> tuple[int, int, int]:
+        return self.orders_write, self.answers_read, self.pid_read
+
+    def close(self) -> None:
+        """In create, when no anchor could be forked."""
+        for fd in (*self.anchor_ends(), self.orders_read, self.answers_write, self.pid_write):
+            os.close(fd)
+
+    def fork(self) -> int:
+        """In create, once the anchor is forked: fork the stand-in and tell the anchor
+        its pid. Whatever fails, create holds none of the pipes afterwards (the anchor,
+        told nothing, gives up)."""
+        for fd in self.anchor_ends():
+            os.close(fd)
+        try:
+            try:
+                self.forked = _fork_stand_in(self.orders_read, self.answers_write)
+            except OSError as err:
+                raise ScrunError(f"cannot start the container's stand-in: {err.strerror}") from None
+            os.write(self.pid_write, f"{self.forked}\n".encode())
+            return self.forked
+        finally:
+            for fd in (self.orders_read, self.answers_write, self.pid_write):
+                os.close(fd)
+
+    def receive(self) -> StandIn:
+        """In the anchor: the stand-in, once create has said its pid."""
+        said = b""
+        try:
+            while not said.endswith(b"\n"):
+                chunk = os.read(self.pid_read, 32)
+                if not chunk:
+                    raise ScrunError("create did not start the container's stand-in")
+                said += chunk
+        finally:
+            os.close(self.pid_read)
+        return StandIn(int(said), self.orders_write, self.answers_read)
+
+
+def _fork_stand_in(orders_read: int, answers_write: int) -> int:
+    """Fork the stand-in, in a pid namespace of its own where it may have one."""
+    from pyscrun import linux
+
+    try:
+        pid = linux.fork_in_new_pid_namespace()
+    except PermissionError:
+        try:
+            # Inside rootless podman's user namespace, which may make a pid
+            # namespace but not come back from it.
+            pid = linux.fork_adopted_in_new_pid_namespace()
+        except PermissionError:
+            # Unprivileged, outside any user namespace of its own: the host's pid
+            # namespace, but every other namespace of its own (below).
+            pid = os.fork()
+    if pid == 0:
+        try:
+            _serve(orders_read, answers_write)
+        finally:
+            os._exit(_ORPHANED_STATUS)
+    return pid
+
+
 class StandIn:
     """The anchor's handle on the stand-in: its pid and the two ends of its pipes."""
 
@@ -41,36 +116,6 @@ class StandIn:
         self.pid = pid
         self.orders_fd = orders_fd
         self.answers_fd = answers_fd
-
-    @classmethod
-    def fork(cls) -> StandIn:
-        """Fork the stand-in (create does, before it forks the anchor)."""
-        from pyscrun import linux
-
-        orders_read, orders_write = os.pipe()
-        answers_read, answers_write = os.pipe()
-        try:
-            pid = linux.fork_in_new_pid_namespace()
-        except PermissionError:
-            try:
-                # Inside rootless podman's user namespace, which may make a pid
-                # namespace but not come back from it.
-                pid = linux.fork_adopted_in_new_pid_namespace()
-            except PermissionError:
-                # Unprivileged, outside any user namespace of its own: the host's pid
-                # namespace, but every other namespace of its own (below).
-                pid = os.fork()
-        if pid == 0:
-            try:
-                _serve(orders_read, answers_write)
-            finally:
-                os._exit(_ORPHANED_STATUS)
-        os.close(orders_read)
-        os.close(answers_write)
-        return cls(pid, orders_write, answers_read)
-
-    def fds(self) -> tuple[int, int]:
-        return self.orders_fd, self.answers_fd
 
     def _ask(self, order: str) -> None:
         import select
