@@ -4,6 +4,7 @@ the real runc."""
 from __future__ import annotations
 
 import fcntl
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 
 from pyscrun.conf import ociconf, patterns
 from pyscrun.node.runtime import RuntimeCommands
+from pyscrun.node.sealed_program import Sealing
 
 F_GET_SEALS = 1034
 ALL_SEALS = 0xF
@@ -65,3 +67,31 @@ def test_a_runc_not_on_path_runs_as_named() -> None:
     assert commands.sealed == {}
     code, output = commands.run("RunTimeQuery")
     assert code == 127 and "runc: not found" in output
+
+
+def test_the_copy_made_while_the_agent_loads_is_the_one_run() -> None:
+    """The agent starts copying runc before its modules load (node/early.py): that
+    copy, sealed, is what runc then runs from; none is made a second time."""
+    runc = real_runc()
+    sealing = Sealing([runc, runc])
+    sealing.wait()
+    made = sealing.copies[runc]
+    commands = commands_for("runc --version")
+    commands.seal_programs(("RunTimeQuery",), sealing)
+    assert commands.sealed == {"runc": made}
+    assert fcntl.fcntl(made, F_GET_SEALS) == ALL_SEALS
+    assert sealing.copies == {}
+
+
+def test_a_copy_made_early_and_not_run_is_closed() -> None:
+    """oci.conf names another program after all: its copy goes, nothing is left open."""
+    runc = real_runc()
+    sealing = Sealing([runc])
+    commands = commands_for("echo runc")
+    commands.seal_programs(("RunTimeQuery",), sealing)
+    assert commands.sealed == {}
+    sealing.wait()
+    made = sealing.copies[runc]
+    sealing.close()
+    with pytest.raises(OSError):
+        os.fstat(made)

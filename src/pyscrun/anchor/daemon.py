@@ -173,7 +173,7 @@ class Anchor(Ending):
             if self.backend.name == "local":
                 # The agent runs in a fork of this process: load it while podman is
                 # busy starting `scrun start`, not after.
-                import pyscrun.node.agent  # noqa: F401
+                import pyscrun.node.entry  # noqa: F401
         try:
             status = self._serve()
         except Exception as err:

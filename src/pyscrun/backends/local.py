@@ -61,13 +61,13 @@ class LocalBackend(Backend):
             log.current.stderr = sys.stderr
             # The caller's fds that go to the container (--preserve-fds) stay 3, 4, ...
             os.closerange(3 + request.preserve_fds, 1 << 16)
-            from pyscrun.node import agent, userns
+            from pyscrun.node import entry, userns
 
             # The caller's own Slurm variables (podman run inside a job) are not ours.
             env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
             env.update(request.job_env)
             env.update(request.agent_env)
-            code = agent.main(env, userns.Entering(env))
+            code = entry.main(env, userns.Entering(env))
         finally:
             os._exit(code)
 

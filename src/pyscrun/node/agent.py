@@ -18,16 +18,16 @@ from collections.abc import Callable
 
 from pyscrun import log, selfpipe
 from pyscrun.channel import frames, peer, streams, tcp
-from pyscrun.conf import site
 from pyscrun.conf.ociconf import OciConf
 from pyscrun.errors import ScrunError
-from pyscrun.node import processes, shipped, userns
+from pyscrun.node import processes, shipped
 from pyscrun.node.guard import Guard
 from pyscrun.node.modes import ContainerModes
 from pyscrun.node.rootfs_changes import Baseline
 from pyscrun.node.runtime import RuntimeCommands, delete_ended
+from pyscrun.node.sealed_program import Sealing
 from pyscrun.node.stdio import ContainerStdio
-from pyscrun.node.task import Task, TaskIdentity, settle_runtime_dir
+from pyscrun.node.task import Task, TaskIdentity
 from pyscrun.watch import watch
 
 _FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
@@ -45,8 +45,10 @@ _BRINGING_UP = ("RunTimeRun", "RunTimeCreate", "RunTimeRestore")
 
 class Agent(ContainerModes):
     def __init__(self, env: dict[str, str], conf: OciConf,
-                 derived_commands: Callable[[str], dict[str, str]]) -> None:
+                 derived_commands: Callable[[str], dict[str, str]],
+                 sealing: Sealing | None = None) -> None:
         self.env = env
+        self.sealing = sealing  # copies of the runtime's program being made
         self.conf = conf
         self.selector = selectors.DefaultSelector()
         self.control: peer.Peer | None = None
@@ -93,7 +95,7 @@ class Agent(ContainerModes):
             return  # started by hand: no anchor waits
         streaming = self.env.get("PYSCRUN_AGENT_STDIO") == "stream" and not os.isatty(0)
         kinds = (frames.STDOUT, frames.STDERR) if streaming else ()
-        self.control, *outputs = peer.dial_all(*_address(self.env), DIAL_TIMEOUT,
+        self.control, *outputs = peer.dial_all(*anchor_address(self.env), DIAL_TIMEOUT,
                                                1 + len(kinds))
         self.control.send(frames.message({
             "op": "agent-hello", "task": self.ident.task_id, "node": self.ident.node,
@@ -309,9 +311,13 @@ class Agent(ContainerModes):
                 task.source = shipped.fetch(self.control, task.shipped_dir, self._handle)
                 if self.ident.task_id == "0":
                     baseline = Baseline(os.path.join(task.shipped_dir, "rootfs"))
+            if self.sealing is not None:
+                self.sealing.wait()  # before the guard is forked
             self.commands = commands = task.prepare(self.derived_commands(""),
                                                     self._start_guard(task))
-            commands.seal_programs(_BRINGING_UP)
+            commands.seal_programs(_BRINGING_UP, self.sealing)
+            if self.sealing is not None:
+                self.sealing.close()
             # After the guard started: it must not be adopted back.
             processes.set_child_subreaper()
             status = self._hold()
@@ -352,50 +358,10 @@ class Agent(ContainerModes):
         return 0
 
 
-def main(env: dict[str, str], entering: userns.Entering) -> int:
-    """Run one task, in the user namespace being entered; returns its exit status.
-    Errors become a message and status 255."""
-    try:
-        entering.finish()
-        settle_runtime_dir(env)
-        # The node's own configuration: beside the slurm.conf slurmstepd names in the
-        # task's SLURM_CONF (the local backend names the caller's).
-        the_site = site.load(env.get("PYSCRUN_AGENT_SLURM_CONF") or env.get("SLURM_CONF")
-                             or site.DEFAULT_SLURM_CONF)
-        oci = the_site.oci
-        # Not StdIODebug: the agent's stderr is the container's.
-        log.current.take_defaults(None, oci.FileDebug, oci.SyslogDebug, oci.DebugFlags)
-        return Agent(env, oci, the_site.derived_commands).main()
-    except (ScrunError, OSError, KeyError, ValueError) as err:
-        log.current.error(f"node agent: {err}")
-        _report_error(env, str(err))
-        return 255
-
-
-def _address(env: dict[str, str]) -> tuple[str, int, bytes]:
+def anchor_address(env: dict[str, str]) -> tuple[str, int, bytes]:
     """Where the anchor waits, at the address Slurm gives the task (the host srun was
     started on), and the container's secret."""
     host = tcp.launch_host(env) or env.get("PYSCRUN_AGENT_HOST", "")
     if not host:
         raise ScrunError("no address to reach the anchor at (SLURM_SRUN_COMM_HOST is unset)")
     return host, int(env["PYSCRUN_AGENT_PORT"]), bytes.fromhex(env.get("PYSCRUN_AGENT_SECRET", ""))
-
-
-def _report_error(env: dict[str, str], message: str) -> None:
-    if not env.get("PYSCRUN_AGENT_PORT"):
-        return  # started by hand: no anchor waits
-    try:
-        link = peer.dial(*_address(env), DIAL_TIMEOUT)
-    except (ScrunError, ValueError):
-        return
-    link.send(frames.message({"op": "agent-error", "message": message}))
-    link.flush_blocking(REPORT_TIMEOUT)
-    link.close()
-
-
-def cli(entering: userns.Entering) -> None:
-    """Entry point when srun starts the agent: `python -m pyscrun.node`."""
-    from pyscrun.leave import leave
-
-    leave(main(dict(os.environ), entering))
-

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from pyscrun import fs, jsonc, log
+from pyscrun import jsonc, log
 from pyscrun.conf import patterns
 from pyscrun.conf.ociconf import OciConf
 from pyscrun.errors import RuntimeCommandError
@@ -50,15 +50,22 @@ class RuntimeCommands:
     def pattern(self, directive: str) -> str:
         return self.more.get(directive) or str(getattr(self.conf, directive, ""))
 
-    def seal_programs(self, directives: tuple[str, ...]) -> None:
+    def seal_programs(self, directives: tuple[str, ...],
+                      made: sealed_program.Sealing | None = None) -> None:
         """Run the programs of directives that copy themselves at each start (runc)
-        from a sealed copy in memory made now (node/sealed_program.py)."""
+        from a sealed copy in memory (node/sealed_program.py): one made already if it
+        is of the same file, else made now."""
         for directive in directives:
-            program, _ = _program_and_rest(self.pattern(directive))
-            if program in self.sealed or not sealed_program.copies_itself(program):
+            pattern = self.pattern(directive)
+            program, _ = _program_and_rest(pattern)
+            if program in self.sealed:
                 continue
-            path = fs.which(program, self.env.get("PATH"))
-            fd = sealed_program.sealed_copy(path) if path else None
+            path = sealed_program.program_file(pattern, self.env.get("PATH"))
+            if path is None:
+                continue
+            fd = made.take(path) if made is not None else None
+            if fd is None:
+                fd = sealed_program.sealed_copy(path)
             if fd is not None:
                 self.sealed[program] = fd
 

@@ -17,9 +17,10 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import threading
 import time
 
-from pyscrun import log
+from pyscrun import fs, log
 
 # Runtimes that copy themselves at each start unless run from a sealed memfd.
 SELF_COPYING = ("runc",)
@@ -35,6 +36,45 @@ _SEAL_RETRY_DELAY = 0.01
 
 def copies_itself(program: str) -> bool:
     return os.path.basename(program) in SELF_COPYING
+
+
+def program_file(pattern: str, search_path: str | None) -> str | None:
+    """The file of a command pattern's program where that program copies itself."""
+    words = pattern.split(None, 1)
+    if not words or not copies_itself(words[0]):
+        return None
+    return fs.which(words[0], search_path)
+
+
+class Sealing:
+    """Sealed copies of programs, made in a thread of its own while the agent loads its
+    modules: the copying is the kernel's work, done without the interpreter's lock.
+    Joined (wait) before the agent forks anything, whose child would otherwise start
+    with a copy half made; what is not taken is closed."""
+
+    def __init__(self, paths: list[str]) -> None:
+        self.copies: dict[str, int] = {}
+        self.thread = threading.Thread(target=self._make, args=(paths,), daemon=True)
+        self.thread.start()
+
+    def _make(self, paths: list[str]) -> None:
+        for path in dict.fromkeys(paths):
+            fd = sealed_copy(path)
+            if fd is not None:
+                self.copies[path] = fd
+
+    def wait(self) -> None:
+        self.thread.join()
+
+    def take(self, path: str) -> int | None:
+        self.wait()
+        return self.copies.pop(path, None)
+
+    def close(self) -> None:
+        self.wait()
+        for fd in self.copies.values():
+            os.close(fd)
+        self.copies.clear()
 
 
 def sealed_copy(path: str) -> int | None:
