@@ -132,6 +132,12 @@ class Anchor(Ending):
         else:
             self.staging.stage_in(self.allocation)
             same_rootfs = self.staging.rootfs == self.state.rootfs
+        self.state.status = CREATED
+        if self.request.restore is None:
+            # The step first: srun's launch and the agents' start overlap the rest of
+            # create and of podman's work from here on (what srun says meanwhile waits
+            # for start).
+            self._launch_early()
         # The stand-in's root is the container's rootfs where this host sees the copy
         # the container runs from, else nothing: a rootfs mounted here goes to the
         # nodes as a copy (anchor/shipping.py).
@@ -139,7 +145,6 @@ class Anchor(Ending):
             same_rootfs = False
         self.stand_in.set_root(os.path.realpath(self.state.rootfs) if same_rootfs else "")
         self.selector.register(os.pidfd_open(self.stand_in.pid), selectors.EVENT_READ, "stand-in")
-        self.state.status = CREATED
         self.store.save(self.state)
         if self.request.pid_file:
             write_atomic(os.path.abspath(self.request.pid_file),
@@ -166,9 +171,6 @@ class Anchor(Ending):
             os._exit(1)
         self.ready_fd = ready_fd
         if self.request.restore is None:
-            # The step first: srun's launch and the agents' start overlap the rest of
-            # podman's work from here on (what srun says meanwhile waits for start).
-            self._launch_early()
             self._report_ready(None)
             if self.backend.name == "local":
                 # The agent runs in a fork of this process: load it while podman is
