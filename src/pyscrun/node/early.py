@@ -34,8 +34,8 @@ class EarlyStart:
             return
         try:
             self.site = site.load(slurm_conf(env))
-        except (ScrunError, OSError, ValueError):
-            return
+        except (ScrunError, OSError, KeyError, ValueError):
+            return  # as the agent's main() would
         paths = [sealed_program.program_file(str(getattr(self.site.oci, directive, "")),
                                              env.get("PATH")) for directive in _BRINGING_UP]
         self.sealing = sealed_program.Sealing([path for path in paths if path])
