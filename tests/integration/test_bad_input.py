@@ -104,19 +104,24 @@ def test_terminal_without_console_socket(run_mode_runtime: Runtime, tmp_path: Pa
     _assert_clean_failure(done, "console-socket")
 
 
-# The pids controller of the machine's cgroups (v1 here; v2 names no controller dir).
-PIDS_CGROUPS = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))
+# The pids controller: its own hierarchy (cgroup v1, as here), or the unified one's.
+PIDS_V1 = Path("/sys/fs/cgroup/pids")
+UNIFIED = Path("/sys/fs/cgroup")
 
 
 def _pids_cgroup(tmp_path: Path) -> Path:
-    for parent in PIDS_CGROUPS:
-        if (parent / "cgroup.procs").exists() and (
-                (parent / "pids.max").exists() or parent.name == "pids"):
-            group = parent / f"pyscrun-test-{tmp_path.name}"
-            group.mkdir()
-            return group
-    pytest.fail("no pids cgroup controller under /sys/fs/cgroup: the kernel's pids "
-                "controller is needed to limit create's processes")
+    """A new cgroup of the pids controller, for this test."""
+    unified = UNIFIED / "cgroup.subtree_control"
+    if (PIDS_V1 / "cgroup.procs").exists():
+        parent = PIDS_V1
+    elif unified.exists() and "pids" in unified.read_text().split():
+        parent = UNIFIED
+    else:
+        pytest.fail("no pids cgroup controller under /sys/fs/cgroup: the kernel's pids "
+                    "controller is needed to limit create's processes")
+    group = parent / f"pyscrun-test-{tmp_path.name}"
+    group.mkdir()
+    return group
 
 
 @pytest.mark.parametrize(("room", "refused"), [(1, "anchor"), (2, "stand-in")])
