@@ -374,6 +374,47 @@ def test_signal_to_the_anchor_ends_the_container_and_its_job(
                  10, "the job to end")
 
 
+# -- create killed --------------------------------------------------------------------
+
+# stage_in that takes its time on the job's node: create still waits for the anchor.
+SLOW_STAGE_IN = """
+function slurm_scrun_stage_in(id, bundle, spool_dir, config_file, job_id, user_id, group_id, job_env)
+  slurm.remote_command("sleep 3")
+  return slurm.SUCCESS
+end
+function slurm_scrun_stage_out() return slurm.SUCCESS end
+"""
+
+
+def test_create_killed_before_it_heard_leaves_nothing(cluster: Cluster, tmp_path: Path) -> None:
+    """create killed outright (containerd kills a cancelled runtime's create so) while
+    its job is already allocated and the anchor still stages the container: nobody
+    will ever delete that container, so once the anchor finds create gone it ends the
+    container, gives the job back and removes its state."""
+    conf = cluster.up(1)
+    runtime = make_slurm_runtime(tmp_path, conf)
+    runtime.write_conf("scrun.lua", SLOW_STAGE_IN)
+    leaks = ScopedLeakCheck(runtime, str(tmp_path), conf)
+    bundle = make_bundle(tmp_path, ["sleep", "1000"])
+    state_file = runtime.root / "unheard" / "state.json"
+    # The wrapper and `env` exec scrun: the pid is create's own.
+    create = subprocess.Popen(
+        runtime.account.command([str(runtime.wrapper), "create", "-b", str(bundle), "unheard"]),
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: state_file.exists() and bool(json.loads(state_file.read_text())
+                                                      .get("job_id")), 30, "the job")
+        job = str(json.loads(state_file.read_text())["job_id"])
+        assert create.poll() is None, "create returned before the anchor staged"
+    finally:
+        create.kill()
+        create.wait()
+    wait_for(lambda: not state_file.parent.exists(), 60, "the container's state to go")
+    assert job_state(conf, job) in ("", "COMPLETED", "CANCELLED")
+    assert runtime.scrun("state", "unheard").returncode != 0
+    leaks.check(timeout=30)
+
+
 # -- a full disk ----------------------------------------------------------------------
 
 @pytest.fixture

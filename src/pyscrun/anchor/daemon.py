@@ -70,6 +70,7 @@ class Anchor(Ending):
         self.agents = Agents()
         self.kill_deadline: float | None = None
         self.exit_status: int | None = None
+        self.unheard = False  # create ended before the anchor's report reached it
         self.ready_fd: int | None = None  # open while a restore waits for its tasks
         self.restore_probe = ""  # while a restore's nodes look for its image path
         self.bundle_probe = ""  # while the nodes look for the bundle
@@ -167,7 +168,8 @@ class Anchor(Ending):
             message = str(err) if isinstance(err, ScrunError | OSError) else repr(err)
             log.current.error(f"create failed: {message}")
             self._release()
-            write_all(ready_fd, f"error {message}\n".encode())
+            if not write_all(ready_fd, f"error {message}\n".encode()):
+                self.store.remove(self.state.id)  # create, gone, cannot
             os._exit(1)
         self.ready_fd = ready_fd
         if self.request.restore is None:
@@ -186,6 +188,8 @@ class Anchor(Ending):
             log.current.error(f"anchor failed: {err!r} at {where.filename}:{where.lineno}")
             self._release()
             status = 255
+        if self.unheard:
+            self.store.remove(self.state.id)
         # Last: what podman sees end must find the job given back and the state stopped.
         self.stand_in.exit(status)
         os._exit(status & 0xFF)
@@ -194,9 +198,18 @@ class Anchor(Ending):
         self._remove_restore_probe()
         if self.ready_fd is None:
             return
-        write_all(self.ready_fd, f"error {error}\n".encode() if error else b"ok\n")
+        heard = write_all(self.ready_fd, f"error {error}\n".encode() if error else b"ok\n")
         os.close(self.ready_fd)
         self.ready_fd = None
+        if not heard:
+            # create (or restore) was killed before it heard (containerd kills a
+            # cancelled runtime's create so): nobody knows of this container, and
+            # nothing of it may stay, its job least of all.
+            log.current.error("create ended before it heard from the anchor: "
+                              "ending the container")
+            self.unheard = True
+            if error is None:
+                self._kill(signal.SIGKILL)
 
     # -- serving ---------------------------------------------------------------------
     def _deadlines(self) -> list[float]:

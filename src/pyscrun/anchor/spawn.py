@@ -68,13 +68,15 @@ class CreateRequest:
                 log.current.error(f"giving up the job asked for: {err}")
 
 
-def write_all(fd: int, data: bytes) -> None:
-    """All of data to a blocking fd, or what it takes of it if its reader is gone."""
+def write_all(fd: int, data: bytes) -> bool:
+    """All of data to a blocking fd, or what it takes of it if its reader is gone
+    (False)."""
     while data:
         try:
             data = data[os.write(fd, data):]
         except OSError:
-            return
+            return False
+    return True
 
 
 def _open_fds() -> list[int]:
