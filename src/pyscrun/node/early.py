@@ -29,9 +29,6 @@ class EarlyStart:
     def __init__(self, env: Mapping[str, str]) -> None:
         self.site: site.Site | None = None
         self.sealing: sealed_program.Sealing | None = None
-        import os
-        if os.environ.get('PYSCRUN_NO_EARLY'):
-            return
         try:
             self.site = site.load(slurm_conf(env))
         except (ScrunError, OSError, KeyError, ValueError):
