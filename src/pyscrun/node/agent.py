@@ -21,6 +21,7 @@ from pyscrun.channel import frames, peer, streams, tcp
 from pyscrun.conf.ociconf import OciConf
 from pyscrun.errors import ScrunError
 from pyscrun.node import processes, shipped
+from pyscrun.node.early import CREATING
 from pyscrun.node.guard import Guard
 from pyscrun.node.modes import ContainerModes
 from pyscrun.node.rootfs_changes import Baseline
@@ -40,7 +41,7 @@ OUTPUT_DRAIN_TIMEOUT = 10.0
 RUNTIME_AFTER_KILL = 5.0
 REPORT_TIMEOUT = 30.0
 # The commands that start a container's process: their runtime runs from a sealed copy.
-_BRINGING_UP = ("RunTimeRun", "RunTimeCreate", "RunTimeRestore")
+_BRINGING_UP = (*CREATING, "RunTimeRestore")
 
 
 class Agent(ContainerModes):

@@ -12,8 +12,9 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-# The oci.conf commands that bring a container up (restore's program is checked later).
-_BRINGING_UP = ("RunTimeRun", "RunTimeCreate")
+# The oci.conf commands that bring a new container up (a restore's is pyscrun.conf's,
+# derived later: node/agent.py adds it).
+CREATING = ("RunTimeRun", "RunTimeCreate")
 
 
 def slurm_conf(env: Mapping[str, str]) -> str:
@@ -34,5 +35,5 @@ class EarlyStart:
         except (ScrunError, OSError, KeyError, ValueError):
             return  # as the agent's main() would
         paths = [sealed_program.program_file(str(getattr(self.site.oci, directive, "")),
-                                             env.get("PATH")) for directive in _BRINGING_UP]
+                                             env.get("PATH")) for directive in CREATING]
         self.sealing = sealed_program.Sealing([path for path in paths if path])

@@ -53,4 +53,3 @@ def cli(entering: userns.Entering, early: EarlyStart) -> None:
     from pyscrun.leave import leave
 
     leave(main(dict(os.environ), entering, early))
-
