@@ -113,3 +113,10 @@ def test_a_pattern_quoted_by_the_administrator_stays_one_word(pattern: str) -> N
 def test_a_backslash_before_a_pattern_is_refused() -> None:
     with pytest.raises(ConfigError, match="backslash before %b"):
         patterns.check("runc run -b \\%b x", "oci.conf:1")
+
+
+@FUZZ
+@given(hostile)
+def test_a_value_is_quoted_as_shlex_quotes_it(value: str) -> None:
+    """The expander's own quoting (shlex's would cost each agent its `re`) is shlex's."""
+    assert patterns.shell_quote(value) == shlex.quote(value)

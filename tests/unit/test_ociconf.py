@@ -3,12 +3,12 @@ from __future__ import annotations
 import os
 import re
 import shlex
-from pathlib import Path
 
 import pytest
 
 from pyscrun.conf import keyvalue, ociconf, patterns
 from pyscrun.errors import ConfigError
+from pyscrun.node.runtime import RuntimeCommands
 
 EXAMPLE = r'''
 # Slurm's documented run-mode example
@@ -92,28 +92,34 @@ def test_which_runtimes_copy_the_output_themselves(directive: str, command: str,
     """Only a runtime known to put pipes of its own before the container is run
     detached or given the stream's sockets (any other container would see a socket as
     its stdout)."""
-    from pyscrun.node.runtime import RuntimeCommands
-
-    commands = RuntimeCommands(ociconf.parse(EXAMPLE, "oci.conf"), patterns.PatternValues(),
-                               cwd=Path("/"), environ={},
-                               more={directive: command})
+    commands = _commands_with(directive, command)
     assert commands.copies_output(directive) is copies
 
 
 def test_a_foreground_run_is_run_detached_when_asked() -> None:
     """`--detach` goes after the command, as `--preserve-fds N` does."""
-    import subprocess
-
-    from pyscrun.node.runtime import RuntimeCommands
-
-    commands = RuntimeCommands(ociconf.parse(EXAMPLE, "oci.conf"),
-                               patterns.PatternValues(node_name="n1"), cwd=Path("/"),
-                               environ={"PATH": "/usr/bin:/bin"},
-                               more={"RunTimeRun": "echo runc run %n"})
+    commands = _commands_with("RunTimeRun", "echo runc run %n",
+                              patterns.PatternValues(node_name="n1"), {"PATH": "/usr/bin:/bin"})
     read, write = os.pipe()
-    process = commands.spawn("RunTimeRun", stdio=(subprocess.DEVNULL, write, write),
-                             detach=True)
+    nothing = os.open(os.devnull, os.O_RDONLY)
+    process = commands.spawn("RunTimeRun", stdio=(nothing, write, write), detach=True)
     os.close(write)
+    os.close(nothing)
     assert process.wait() == 0
     assert os.read(read, 4096) == b"runc run n1 --detach\n"
     os.close(read)
+
+
+def _commands_with(directive: str, command: str,
+                   values: patterns.PatternValues | None = None,
+                   environ: dict[str, str] | None = None) -> RuntimeCommands:
+    """The example's runtime commands with directive's set to command: oci.conf's own,
+    or one pyscrun.conf derives."""
+    conf = ociconf.parse(EXAMPLE, "oci.conf")
+    derived: dict[str, str] = {}
+    if hasattr(conf, directive):
+        setattr(conf, directive, command)
+    else:
+        derived[directive] = command
+    return RuntimeCommands(conf, values or patterns.PatternValues(), cwd="/",
+                           environ=environ or {}, derive=lambda: derived)

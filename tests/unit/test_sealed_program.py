@@ -23,9 +23,9 @@ OCI_CONF = ('RunTimeRun="runc run %n -b %b"\nRunTimeKill="runc kill %n"\n'
 
 
 def commands_for(pattern: str, path: str = PATH) -> RuntimeCommands:
-    return RuntimeCommands(ociconf.parse(OCI_CONF, "oci.conf"), patterns.PatternValues(),
-                           cwd=Path("/"), environ={"PATH": path},
-                           more={"RunTimeQuery": pattern})
+    conf = ociconf.parse(OCI_CONF, "oci.conf")
+    conf.RunTimeQuery = pattern
+    return RuntimeCommands(conf, patterns.PatternValues(), cwd="/", environ={"PATH": path})
 
 
 def real_runc() -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import selectors
 import signal
-import subprocess
 import time
 from collections.abc import Callable
 
@@ -21,6 +20,7 @@ from pyscrun.channel import frames, peer, streams, tcp
 from pyscrun.conf.ociconf import OciConf
 from pyscrun.errors import ScrunError
 from pyscrun.node import processes, shipped
+from pyscrun.node.child import Child
 from pyscrun.node.early import CREATING
 from pyscrun.node.guard import Guard
 from pyscrun.node.modes import ContainerModes
@@ -40,8 +40,6 @@ OUTPUT_DRAIN_TIMEOUT = 10.0
 # How long a runtime may take to end once its container was sent SIGKILL.
 RUNTIME_AFTER_KILL = 5.0
 REPORT_TIMEOUT = 30.0
-# The commands that start a container's process: their runtime runs from a sealed copy.
-_BRINGING_UP = (*CREATING, "RunTimeRestore")
 
 
 class Agent(ContainerModes):
@@ -57,7 +55,7 @@ class Agent(ContainerModes):
         self.task_dir: str | None = None
         self.delete_after_report: RuntimeCommands | None = None
         self.commands: RuntimeCommands | None = None
-        self.process: subprocess.Popen[bytes] | None = None
+        self.process: Child | None = None
         # The runtime process waited for: the shell that runs RunTimeRun or
         # RunTimeRestore, or the runtime itself once that shell is gone.
         self.runtime_pid = 0
@@ -314,9 +312,11 @@ class Agent(ContainerModes):
                     baseline = Baseline(os.path.join(task.shipped_dir, "rootfs"))
             if self.sealing is not None:
                 self.sealing.wait()  # before the guard is forked
-            self.commands = commands = task.prepare(self.derived_commands(""),
+            self.commands = commands = task.prepare(lambda: self.derived_commands(""),
                                                     self._start_guard(task))
-            commands.seal_programs(_BRINGING_UP, self.sealing)
+            # The command that starts the container's process runs from a sealed copy.
+            restoring = bool(self.env.get("PYSCRUN_AGENT_RESTORE"))
+            commands.seal_programs(("RunTimeRestore",) if restoring else CREATING, self.sealing)
             if self.sealing is not None:
                 self.sealing.close()
             # After the guard started: it must not be adopted back.

@@ -83,7 +83,7 @@ def run(env: dict[str, str]) -> int:
     try:
         runtime_env = {k: v for k, v in env.items() if not k.startswith("PYSCRUN_")}
         commands = RuntimeCommands(the_site.oci, values, str(record.parent), runtime_env,
-                                   the_site.derived_commands())
+                                   the_site.derived_commands)
         commands.require("RunTimeExec")
         _await_running(commands)
         commands.seal_programs(("RunTimeExec",))

@@ -9,12 +9,12 @@ A base of the agent (node/agent.py), which holds the state it works on.
 from __future__ import annotations
 
 import os
-import subprocess
 import time
 
 from pyscrun import jsonc
 from pyscrun.errors import RuntimeCommandError
 from pyscrun.node import criu, images, processes
+from pyscrun.node.child import Child
 from pyscrun.node.guard import Guard
 from pyscrun.node.orders import AgentOrders
 from pyscrun.node.runtime import RuntimeCommands, delete_ended, stop_and_delete
@@ -30,7 +30,7 @@ CREATE_TIMEOUT = 60.0
 class ContainerModes(AgentOrders):
     # What the agent holds (node/agent.py), beside what AgentOrders uses.
     env: dict[str, str]
-    process: subprocess.Popen[bytes] | None
+    process: Child | None
     runtime_pid: int
     created_init: tuple[int, str] | None
     ended_by_itself: bool
@@ -80,7 +80,7 @@ class ContainerModes(AgentOrders):
 
     def _spawn(self, commands: RuntimeCommands, directive: str,
                args: list[str] | None = None, detach: bool = False,
-               ) -> subprocess.Popen[bytes]:
+               ) -> Child:
         """Start the runtime command that brings the container up, with the streamed
         stdio when there is one (else this process's own)."""
         stdio = (self.stdio.child_ends(not detach and commands.copies_output(directive))

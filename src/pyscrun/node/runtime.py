@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import os
-import subprocess
 
 from pyscrun import jsonc, log
 from pyscrun.conf import patterns
 from pyscrun.conf.ociconf import OciConf
 from pyscrun.errors import RuntimeCommandError
-from pyscrun.node import sealed_program
+from pyscrun.node import child, sealed_program
 
 # typing costs milliseconds at every start of the CLI: for type checkers only.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 # Runtimes that, run in the foreground, put pipes of their own between the container's
@@ -27,10 +27,13 @@ _DETACHING = ("-d", "--detach")
 
 class RuntimeCommands:
     def __init__(self, conf: OciConf, values: patterns.PatternValues, cwd: str,
-                 environ: dict[str, str], more: dict[str, str] | None = None) -> None:
+                 environ: dict[str, str],
+                 derive: Callable[[], dict[str, str]] | None = None) -> None:
         self.conf = conf
-        # Patterns from pyscrun.conf (RunTimeCheckpoint, RunTimeRestore) beside oci.conf's.
-        self.more = more or {}
+        # Patterns from pyscrun.conf (RunTimeCheckpoint, RunTimeRestore) beside oci.conf's,
+        # worked out when first asked for (shlex and its `re` are no part of a start).
+        self.derive = derive
+        self._more: dict[str, str] | None = None
         self.values = values
         self.cwd = cwd
         exclude = conf.RunTimeEnvExclude
@@ -44,11 +47,16 @@ class RuntimeCommands:
         import copy
 
         other = copy.copy(self)
-        other.more = more
+        other._more = more
         return other
 
     def pattern(self, directive: str) -> str:
-        return self.more.get(directive) or str(getattr(self.conf, directive, ""))
+        given = getattr(self.conf, directive, None)
+        if given is not None:
+            return str(given)
+        if self._more is None:
+            self._more = self.derive() if self.derive is not None else {}
+        return self._more.get(directive, "")
 
     def seal_programs(self, directives: tuple[str, ...],
                       made: sealed_program.Sealing | None = None) -> None:
@@ -91,7 +99,7 @@ class RuntimeCommands:
 
     def spawn(self, directive: str, args: list[str] | None = None,
               stdio: tuple[int, int, int] | None = None, preserve_fds: int = 0,
-              detach: bool = False) -> subprocess.Popen[bytes]:
+              detach: bool = False) -> child.Child:
         """Start the container's own run or create, with stdio (stdin, stdout, stderr)
         or this process's own, and this process's fds 3.. (preserve_fds of them) given
         on to the container as runc takes them (`--preserve-fds N` after the command);
@@ -102,10 +110,8 @@ class RuntimeCommands:
         if detach:
             command += f" {_DETACHING[-1]}"
         log.current.debug(f"{directive}: {command}")
-        stdin, stdout, stderr = stdio if stdio is not None else (None, None, None)
-        return subprocess.Popen(["/bin/sh", "-c", command], cwd=self.cwd, env=self.env,
-                                stdin=stdin, stdout=stdout, stderr=stderr,
-                                pass_fds=(*range(3, 3 + preserve_fds), *self.sealed.values()))
+        return child.spawn(self._shell(command), self.env, stdio or (None, None, None),
+                           (*range(3, 3 + preserve_fds), *self.sealed.values()))
 
     def require(self, directive: str) -> None:
         """The command for directive (pyscrun.conf's), or the line that says what to set."""
@@ -134,19 +140,20 @@ class RuntimeCommands:
         command = self.command(directive, args)
         log.current.debug(f"{directive}: {command}")
         try:
-            done = subprocess.run(
-                ["/bin/sh", "-c", command], cwd=self.cwd, env=self.env, timeout=timeout,
-                stdin=subprocess.DEVNULL, capture_output=True, check=False,
-                pass_fds=tuple(self.sealed.values()),
-            )
-        except subprocess.TimeoutExpired:
+            code, stdout, stderr = child.run(self._shell(command), self.env, timeout,
+                                             self.sealed.values())
+        except TimeoutError:
             raise RuntimeCommandError(f"{directive} did not finish within {timeout} s") from None
-        output = done.stdout.decode(errors="replace")
-        if done.returncode != 0:
-            errors = done.stderr.decode(errors="replace").strip()
-            log.current.debug(f"{directive} exited {done.returncode}: {errors}")
+        output = stdout.decode(errors="replace")
+        if code != 0:
+            errors = stderr.decode(errors="replace").strip()
+            log.current.debug(f"{directive} exited {code}: {errors}")
             output = errors or output
-        return done.returncode, output
+        return code, output
+
+    def _shell(self, command: str) -> list[str]:
+        """The shell that runs command in the task dir."""
+        return ["/bin/sh", "-c", f"cd -- {patterns.shell_quote(self.cwd)} || exit 126\n{command}"]
 
     def query(self) -> dict[str, Any] | None:
         """The runtime's state document, or None if it knows no such container."""

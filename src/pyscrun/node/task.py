@@ -91,7 +91,7 @@ class Task:
         # then ends every process of the container (unknown without config.json).
         self.own_pid_namespace = False
 
-    def prepare(self, more_patterns: dict[str, str],
+    def prepare(self, derive_patterns: Callable[[], dict[str, str]],
                 planned: Callable[[RuntimeCommands], None] | None = None) -> RuntimeCommands:
         """The task dir with its files, and the runtime commands. Everything is worked
         out before anything is written: `planned` (the guard's start) sees the commands
@@ -135,7 +135,7 @@ class Task:
             "patterns": {name: getattr(values, name) for name in values.__slots__},
             "agent": os.getpid()}).encode()
         runtime_env = {k: v for k, v in self.env.items() if not k.startswith("PYSCRUN_AGENT_")}
-        commands = RuntimeCommands(conf, values, self.dir, runtime_env, more_patterns)
+        commands = RuntimeCommands(conf, values, self.dir, runtime_env, derive_patterns)
         if planned is not None:
             planned(commands)
         os.makedirs(self.dir, mode=0o700)
