@@ -92,9 +92,11 @@ def _interrupted(signum: int, frame: Any) -> None:
 
 def _report(read_fd: int) -> bytes:
     """The anchor's one-line report on create (empty if it died first)."""
-    import signal
+    # _signal, not signal: its enums would cost create's CPU while the anchor and
+    # salloc need it.
+    import _signal  # type: ignore[import-not-found]
 
-    previous = signal.signal(signal.SIGTERM, _interrupted)
+    previous = _signal.signal(_signal.SIGTERM, _interrupted)
     try:
         reply = b""
         while not reply.endswith(b"\n"):
@@ -104,7 +106,7 @@ def _report(read_fd: int) -> bytes:
             reply += chunk
         return reply
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        _signal.signal(_signal.SIGTERM, previous)
 
 
 def _start_early(request: CreateRequest) -> None:
@@ -120,6 +122,11 @@ def _start_early(request: CreateRequest) -> None:
 def start_anchor(request: CreateRequest, keep_fds: tuple[int, ...]) -> tuple[int, int]:
     """Fork the anchor and the container's stand-in; returns their pids once the anchor
     reported created. Raises on failure, leaving neither."""
+    # Loaded before the fork: create needs it for the stand-in's, and the anchor's
+    # children would each load it again before they exec salloc or srun inside a user
+    # namespace (identity.become_real_user), where that costs the container's start.
+    from pyscrun import linux  # noqa: F401
+
     stand_in = StandInPipes()
     read_fd, write_fd = os.pipe()
     try:
