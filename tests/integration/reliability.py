@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from pyscrun.node import agent_command
 from tests.integration.harness import (
     CLUSTER_SCRIPT,
     RUN_OCI_CONF,
@@ -160,9 +161,10 @@ def _parent(pid: int) -> int:
 
 
 def agent_pids(runtime: Runtime) -> list[int]:
-    """Node agents (srun tasks `python -m pyscrun.node`) of containers under runtime's
+    """Node agents (srun tasks, node.agent_command()) of containers under runtime's
     root; their guards, which run detached from the step, are left out."""
     needle = b"SCRUN_ROOT=" + str(runtime.root).encode()
+    agent_words = [word.encode() for word in agent_command()[1:]]
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -171,7 +173,7 @@ def agent_pids(runtime: Runtime) -> list[int]:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if argv[1:3] == [b"-m", b"pyscrun.node"] and _environ_mentions(entry.name, (needle,)):
+        if argv[1:3] == agent_words and _environ_mentions(entry.name, (needle,)):
             found.append(int(entry.name))
     return [pid for pid in found if _comm(_parent(pid)) == "slurmstepd"]
 

@@ -11,7 +11,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from pyscrun.channel import auth, frames
+from pyscrun.node import agent_command
 from tests.integration.harness import (
     TASKS_DIR,
     Cluster,
@@ -149,7 +149,7 @@ def _agent_on_node(conf: Path, env: dict[str, str]) -> subprocess.CompletedProce
     """A node agent started by hand on the cluster's first node."""
     node = machines(conf)[1]
     argv = on_machine(node, ["env", "-i", *(f"{k}={v}" for k, v in env.items()),
-                             sys.executable, "-m", "pyscrun.node"])
+                             *agent_command()])
     return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
 
 

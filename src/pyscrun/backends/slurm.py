@@ -17,6 +17,7 @@ from pyscrun.conf import scrun_env
 from pyscrun.conf.site import Site
 from pyscrun.errors import BackendError
 from pyscrun.fs import which
+from pyscrun.node import agent_command
 from pyscrun.oci.state import ContainerState
 
 # The anchor asks for its job (start_allocation) before its own modules load: what
@@ -173,7 +174,7 @@ class SlurmBackend(Backend):
             argv.append("--pty")
         argv += list(site.oci.SrunArgs)
         argv += request.step_args
-        argv += ["--", sys.executable, "-m", "pyscrun.node"]
+        argv += ["--", *agent_command()]
         env = _env(site, {**request.job_env, **request.agent_env})
         # The allocation's own variables must not leak in from the caller.
         env.pop("SLURM_JOBID", None)
