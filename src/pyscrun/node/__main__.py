@@ -1,10 +1,16 @@
-"""`python -m pyscrun.node`: the node agent, in the user namespace it is asked for,
-whose maps newuidmap and newgidmap write while the agent's modules load, as the
-sealed copy of its runtime is made (node/early.py)."""
+"""The node agent's program (node.agent_command): the task in the user namespace it is
+asked for, whose maps newuidmap and newgidmap write while the agent's modules load,
+as the sealed copy of its runtime is made (node/early.py)."""
 
+import gc
 import os
 
-from pyscrun.node.userns import Entering
+# No collection while the agent loads and brings its container up (a millisecond and
+# more of its start, and a guard forked meanwhile shares what collections write): the
+# agent resumes them once the container may start (node/agent.py).
+gc.disable()
+
+from pyscrun.node.userns import Entering  # noqa: E402
 
 entering = Entering(os.environ)
 

@@ -9,6 +9,7 @@ container's stdio over it when the anchor asks for that.
 
 from __future__ import annotations
 
+import gc
 import os
 import selectors
 import signal
@@ -321,6 +322,9 @@ class Agent(ContainerModes):
                 self.sealing.close()
             # After the guard started: it must not be adopted back.
             processes.set_child_subreaper()
+            # What start-up made stays uncollected (node/__main__.py) from here on.
+            gc.freeze()
+            gc.enable()
             status = self._hold()
             if status is None:
                 status = self._run_container(commands, task.own_pid_namespace)
