@@ -66,7 +66,10 @@ class StandInPipes:
                 self.forked = _fork_stand_in(self.orders_read, self.answers_write)
             except OSError as err:
                 raise ScrunError(f"cannot start the container's stand-in: {err.strerror}") from None
-            os.write(self.pid_write, f"{self.forked}\n".encode())
+            try:
+                os.write(self.pid_write, f"{self.forked}\n".encode())
+            except BrokenPipeError:
+                pass  # the anchor is gone: its report on create, or its silence, says why
             return self.forked
         finally:
             for fd in (self.orders_read, self.answers_write, self.pid_write):
