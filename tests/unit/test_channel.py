@@ -432,3 +432,17 @@ def test_an_agent_that_hangs_up_delivers_its_last_report_despite_unread_orders()
     to close first."""
     assert _last_report_after_unread_orders(hang_up=False) == "Connection reset by peer"
     assert _last_report_after_unread_orders(hang_up=True) == [{"event": "exit", "status": 3}]
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
+def test_an_anchor_is_dialed_by_address_or_by_name(host: str) -> None:
+    server = tcp.listen(None, loopback_only=True)
+    try:
+        conn = tcp.dial(host, tcp.port_of(server), 5)
+        accepted, _ = server.accept()
+        conn.sendall(b"hi")
+        assert accepted.recv(2) == b"hi"
+        conn.close()
+        accepted.close()
+    finally:
+        server.close()

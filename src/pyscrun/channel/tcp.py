@@ -82,8 +82,12 @@ def launch_host(env: dict[str, str]) -> str:
 
 
 def dial(host: str, port: int, timeout: float) -> socket.socket:
+    # An ASCII name as bytes: getaddrinfo encodes a str with the idna codec, whose import
+    # (with re and unicodedata) would cost the node agent 2 ms before its first dial.
+    name: str | bytes = host.encode() if host.isascii() else host
     try:
-        conn = socket.create_connection((host, port), timeout=timeout)
+        # (typeshed allows a str alone; CPython's getaddrinfo takes bytes.)
+        conn = socket.create_connection((name, port), timeout=timeout)  # type: ignore[arg-type]
     except OSError as err:
         raise ChannelError(f"cannot reach {host} port {port}: {err.strerror or err}") from None
     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
