@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from pyscrun import linux
 from pyscrun.conf import ociconf, patterns
+from pyscrun.node import sealed_program
 from pyscrun.node.runtime import RuntimeCommands
 from pyscrun.node.sealed_program import Sealing
 
@@ -95,3 +97,28 @@ def test_a_copy_made_early_and_not_run_is_closed() -> None:
     sealing.close()
     with pytest.raises(OSError):
         os.fstat(made)
+
+
+@pytest.mark.parametrize(("flags", "copies"), [
+    (0, False),  # root on the host: runc bind-mounts itself
+    (linux.CLONE_NEWUSER, True),  # a user namespace alone: the host's mounts are not its
+    (linux.CLONE_NEWUSER | linux.CLONE_NEWNS, False),  # the node agent's namespaces
+])
+def test_runc_is_known_to_copy_itself_only_where_it_may_not_mount(flags: int,
+                                                                  copies: bool) -> None:
+    if os.geteuid() != 0:
+        pytest.fail("the unit tests run as root (make test)")
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            if flags:
+                linux.unshare(flags)
+            os.write(write, b"1" if sealed_program.needed() else b"0")
+        finally:
+            os._exit(0)
+    os.close(write)
+    said = os.read(read, 1)
+    os.close(read)
+    os.waitpid(pid, 0)
+    assert said == (b"1" if copies else b"0")

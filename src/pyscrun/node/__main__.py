@@ -16,7 +16,7 @@ entering = Entering(os.environ)
 
 from pyscrun.node.early import EarlyStart  # noqa: E402
 
-early = EarlyStart(os.environ)
+early = EarlyStart(os.environ, entering)
 
 from pyscrun.node.entry import cli  # noqa: E402
 

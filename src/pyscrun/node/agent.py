@@ -20,7 +20,7 @@ from pyscrun import log, selfpipe
 from pyscrun.channel import frames, peer, streams, tcp
 from pyscrun.conf.ociconf import OciConf
 from pyscrun.errors import ScrunError
-from pyscrun.node import processes, shipped
+from pyscrun.node import processes, sealed_program, shipped
 from pyscrun.node.child import Child
 from pyscrun.node.early import CREATING
 from pyscrun.node.guard import Guard
@@ -315,9 +315,11 @@ class Agent(ContainerModes):
                 self.sealing.wait()  # before the guard is forked
             self.commands = commands = task.prepare(lambda: self.derived_commands(""),
                                                     self._start_guard(task))
-            # The command that starts the container's process runs from a sealed copy.
-            restoring = bool(self.env.get("PYSCRUN_AGENT_RESTORE"))
-            commands.seal_programs(("RunTimeRestore",) if restoring else CREATING, self.sealing)
+            if sealed_program.needed():
+                # The command that starts the container's process runs from a sealed copy.
+                restoring = bool(self.env.get("PYSCRUN_AGENT_RESTORE"))
+                commands.seal_programs(("RunTimeRestore",) if restoring else CREATING,
+                                       self.sealing)
             if self.sealing is not None:
                 self.sealing.close()
             # After the guard started: it must not be adopted back.

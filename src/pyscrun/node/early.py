@@ -12,6 +12,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from pyscrun.node.userns import Entering
+
 # The oci.conf commands that bring a new container up (a restore's is pyscrun.conf's,
 # derived later: node/agent.py adds it).
 CREATING = ("RunTimeRun", "RunTimeCreate")
@@ -25,15 +27,18 @@ def slurm_conf(env: Mapping[str, str]) -> str:
 
 class EarlyStart:
     """The node's configuration, if it could be read now (else the agent reads it again
-    and reports why not), and the sealed copies being made of its runtime's program."""
+    and reports why not), and the sealed copies being made of its runtime's program
+    where it would copy itself (none in the namespaces being entered)."""
 
-    def __init__(self, env: Mapping[str, str]) -> None:
+    def __init__(self, env: Mapping[str, str], entering: Entering) -> None:
         self.site: site.Site | None = None
         self.sealing: sealed_program.Sealing | None = None
         try:
             self.site = site.load(slurm_conf(env))
         except (ScrunError, OSError, KeyError, ValueError):
             return  # as the agent's main() would
+        if entering.making or not sealed_program.needed():
+            return
         paths = [sealed_program.program_file(str(getattr(self.site.oci, directive, "")),
                                              env.get("PATH")) for directive in CREATING]
         self.sealing = sealed_program.Sealing([path for path in paths if path])

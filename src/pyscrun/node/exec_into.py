@@ -21,6 +21,7 @@ from pathlib import Path
 from pyscrun import log
 from pyscrun.conf import patterns, site
 from pyscrun.errors import ScrunError
+from pyscrun.node import sealed_program
 from pyscrun.node.runtime import RuntimeCommands
 from pyscrun.node.task import EXEC_RECORD, default_container_path, settle_runtime_dir
 
@@ -54,19 +55,22 @@ def _await_running(commands: RuntimeCommands) -> None:
         time.sleep(0.05)
 
 
-def _join_user_namespace(agent: int) -> None:
+def _join_namespaces(agent: int) -> None:
     """An ordinary user's container runs in the user namespace its agent made (like
-    rootless podman's): the runtime reaches it only from inside."""
-    theirs = f"/proc/{agent}/ns/user"
-    if os.stat(theirs).st_ino == os.stat("/proc/self/ns/user").st_ino:
-        return
+    rootless podman's): the runtime reaches it only from inside. The agent's mount
+    namespace too, where runc may guard its program with a bind mount, as at the
+    container's start, rather than copy it (node/sealed_program.py)."""
     from pyscrun import linux
 
-    fd = os.open(theirs, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        linux.setns(fd, linux.CLONE_NEWUSER)
-    finally:
-        os.close(fd)
+    for name, kind in (("user", linux.CLONE_NEWUSER), ("mnt", linux.CLONE_NEWNS)):
+        theirs = f"/proc/{agent}/ns/{name}"
+        if os.stat(theirs).st_ino == os.stat(f"/proc/self/ns/{name}").st_ino:
+            continue
+        fd = os.open(theirs, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            linux.setns(fd, kind)
+        finally:
+            os.close(fd)
 
 
 def run(env: dict[str, str]) -> int:
@@ -76,7 +80,7 @@ def run(env: dict[str, str]) -> int:
     base = Path(the_site.oci.ContainerPath or default_container_path())
     record = task_record(base, env["PYSCRUN_EXEC_JOB"], env.get("PYSCRUN_EXEC_TASK", "0"))
     recorded = json.loads(record.read_text())
-    _join_user_namespace(int(recorded["agent"]))
+    _join_namespaces(int(recorded["agent"]))
     values = patterns.PatternValues(**recorded["patterns"])
     process_file = record.parent / f"exec-{os.getpid()}.json"
     process_file.write_text(env["PYSCRUN_EXEC_PROCESS"])
@@ -86,7 +90,8 @@ def run(env: dict[str, str]) -> int:
                                    the_site.derived_commands)
         commands.require("RunTimeExec")
         _await_running(commands)
-        commands.seal_programs(("RunTimeExec",))
+        if sealed_program.needed():
+            commands.seal_programs(("RunTimeExec",))
         code = commands.spawn("RunTimeExec", [str(process_file)]).wait()
         return 128 - code if code < 0 else code  # as a shell reports a death by signal
     finally:

@@ -1,15 +1,17 @@
 """The runtime run from a sealed copy of its program in memory.
 
 runc, started from its file, guards the host's binary against a container that would
-overwrite it (CVE-2019-5736) by copying itself at every container start: a read-only
-bind mount where it may mount (rootless podman runs it in a mount namespace of its own),
-else a copy into a memfd that it seals and executes again. The agent, in a user
-namespace only, gets the copy: about 15 ms of each start here, and a start that fails
-now and then (`could not ensure we are a cloned binary: Device or resource busy`, the
-kernel refusing the seal while pages of the fresh copy are still referenced). A runc
-whose own program already is a fully sealed memfd skips all of it (its documented
-provision for sharing one sealed copy). The agent makes that copy once, retries a busy
-seal, and runs the program from its file when it cannot.
+overwrite it (CVE-2019-5736) at every container start: with a read-only bind mount of
+it where it may mount (root on the host; rootless podman runs it in a mount namespace
+of its own, and so does the node agent of an ordinary user: node/userns.py), else with
+a copy into a memfd that it seals and executes again: about 15 ms of each start here,
+and a start that fails now and then (`could not ensure we are a cloned binary: Device
+or resource busy`, the kernel refusing the seal while pages of the fresh copy are
+still referenced). A runc whose own program already is a fully sealed memfd skips all
+of it (its documented provision for sharing one sealed copy). Where runc would copy
+itself (an ordinary user's runc outside namespaces of the agent's own: a config.json
+with uid mappings of its own), the agent makes that copy once, retries a busy seal,
+and runs the program from its file when it cannot.
 """
 
 from __future__ import annotations
@@ -32,6 +34,31 @@ _ALL_SEALS = 0x1 | 0x2 | 0x4 | 0x8
 _MFD_EXEC = 0x10
 _SEAL_ATTEMPTS = 5
 _SEAL_RETRY_DELAY = 0.01
+# ioctl(2) on a namespace's file: its owning user namespace (linux/nsfs.h).
+_NS_GET_USERNS = 0xB701
+_CAP_SYS_ADMIN = 21
+
+
+def needed() -> bool:
+    """Whether runc, started by this process, would copy itself: unless it holds
+    CAP_SYS_ADMIN in the user namespace that owns its mount namespace, where it may
+    bind-mount its program read-only instead."""
+    try:
+        with open("/proc/self/status", "rb") as status:
+            effective = next(line for line in status if line.startswith(b"CapEff:"))
+        if not int(effective.split()[1], 16) >> _CAP_SYS_ADMIN & 1:
+            return True
+        mounts = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            owner = fcntl.ioctl(mounts, _NS_GET_USERNS)
+        finally:
+            os.close(mounts)
+        try:
+            return os.fstat(owner).st_ino != os.stat("/proc/self/ns/user").st_ino
+        finally:
+            os.close(owner)
+    except (OSError, StopIteration, ValueError, IndexError):
+        return True
 
 
 def copies_itself(program: str) -> bool:

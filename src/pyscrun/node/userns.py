@@ -5,7 +5,9 @@ Rootless podman ran scrun as uid 0 of a user namespace mapping 0 to the user and
 mapping. The agent gets the login side's maps (PYSCRUN_AGENT_USERNS) and, before
 anything else, enters a namespace with the same maps, as podman does (`newuidmap` and
 `newgidmap`, which check /etc/subuid and /etc/subgid), so the runtime runs the
-container there just as podman's runtime would have on the login host.
+container there just as podman's runtime would have on the login host. With it comes
+a mount namespace of its own, as podman's runtime has one: runc may then guard its
+program with a read-only bind mount of it rather than copy it (node/sealed_program.py).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ class Entering:
     agent forked inside it)."""
 
     def __init__(self, env: Mapping[str, str]) -> None:
-        self.helper = 0
+        self.helper = 0  # the helper writing the maps of the namespace being made
         self.said_fd = -1
         self.error: OSError | None = None
         wanted = env.get(ENV, "")
@@ -65,10 +67,16 @@ class Entering:
         os.close(said_write)
         self.helper, self.said_fd = helper, said_read
         try:
-            linux.unshare(linux.CLONE_NEWUSER)
+            linux.unshare(linux.CLONE_NEWUSER | linux.CLONE_NEWNS)
         finally:
             os.write(go_write, b"x")
             os.close(go_write)
+
+    @property
+    def making(self) -> bool:
+        """Whether this process is entering namespaces of its own (a user namespace and
+        the mount namespace it owns), not yet mapped."""
+        return bool(self.helper)
 
     def finish(self) -> None:
         """Once the namespace has its maps; OSError or ScrunError if it cannot."""
