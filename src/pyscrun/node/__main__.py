@@ -1,6 +1,6 @@
 """The node agent's program (node.agent_command): the task in the user namespace it is
 asked for, whose maps newuidmap and newgidmap write while the agent's modules load,
-as the sealed copy of its runtime is made (node/early.py)."""
+as (where the runtime would copy itself) a sealed copy of it is made: node/early.py."""
 
 import gc
 import os

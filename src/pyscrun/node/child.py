@@ -56,8 +56,9 @@ class Child:
 def spawn(argv: list[str], env: Mapping[str, str],
           stdio: tuple[int | None, int | None, int | None] = (None, None, None),
           pass_fds: Iterable[int] = ()) -> Child:
-    """Start argv with env; stdio: the descriptors to give it as 0, 1 and 2 (each 3 or
-    above; None: this process's own); pass_fds: descriptors it keeps as they are."""
+    """Start argv (its program by path) with env; stdio: the descriptors to give it as
+    0, 1 and 2 (each 3 or above; None: this process's own); pass_fds: descriptors it
+    keeps as they are."""
     kept = set(pass_fds)
     actions: list[tuple[int, ...]] = [
         (os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(stdio) if fd is not None]
