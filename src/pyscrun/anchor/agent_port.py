@@ -14,7 +14,7 @@ import time
 
 from pyscrun import log, messages
 from pyscrun.anchor.agents import AgentLink, Agents
-from pyscrun.channel import files, frames, streams, tcp
+from pyscrun.channel import frames, streams, tcp
 from pyscrun.channel.peer import Peer, PeerGone
 from pyscrun.errors import ScrunError
 from pyscrun.node.criu import other_task, task_image_dir
@@ -176,6 +176,8 @@ def send_images(link: AgentLink, restore: dict[str, Any] | None) -> None:
         if restore is None:
             raise ScrunError("this container is not being restored")
         task = link.task or "0"
+        from pyscrun.channel import files  # a restore's images only
+
         files.send_tree(link.peer, task_image_dir(str(restore["image_path"]), task), "image",
                         other_task if task == "0" else None)
     except (ScrunError, OSError) as err:

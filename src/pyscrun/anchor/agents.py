@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pyscrun import log
 from pyscrun.channel import frames
-from pyscrun.channel.files import TreeReceiver
 from pyscrun.channel.peer import Peer
 
 # typing costs milliseconds at every start of the CLI: for type checkers only.
@@ -15,6 +14,7 @@ if TYPE_CHECKING:
 
     from pyscrun.anchor.checkpointing import CheckpointRound
     from pyscrun.anchor.control import Connection
+    from pyscrun.channel.files import TreeReceiver
 
 
 class AgentLink:

@@ -16,7 +16,6 @@ import socket
 import time
 
 from pyscrun import backends, identity, log, selfpipe
-from pyscrun.anchor import console
 from pyscrun.anchor.agent_port import AgentPort
 from pyscrun.anchor.agents import AgentLink, Agents
 from pyscrun.anchor.control import Connection, ControlSocket
@@ -110,6 +109,8 @@ class Anchor(Ending):
             on_stream=self._agent_stream, on_gone=self._agent_gone)
         if self.request.bundle.terminal:
             assert self.request.console_socket
+            from pyscrun.anchor import console  # termios, for a terminal only
+
             self.terminal_fd = console.open_console(
                 self.request.console_socket,
                 self.request.bundle.config["process"].get("consoleSize"),

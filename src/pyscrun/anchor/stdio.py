@@ -15,12 +15,15 @@ import os
 import select
 import socket
 import stat
-import threading
 import time
 from collections.abc import Callable
 
 from pyscrun.channel import frames, streams
 from pyscrun.watch import widen_pipe
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import threading  # loaded with the first stream (channel/streams.py)
 
 # Bytes of the caller's stdin waiting to reach task 0's agent beyond which the anchor
 # stops reading it.

@@ -14,12 +14,15 @@ import os
 import select
 import selectors
 import socket
-import threading
 import time
 from collections.abc import Callable
 
 from pyscrun.channel import peer
 from pyscrun.errors import ChannelError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import threading
 
 # What one splice moves at most: a widened pipe's whole buffer.
 CHUNK = 1 << 20
@@ -90,6 +93,10 @@ class Mover:
     def __init__(self, source: int, sock: socket.socket,
                  step: Callable[[threading.Event], bool],
                  on_end: Callable[[], None] = lambda: None) -> None:
+        # Loaded with the first stream: the anchor, which imports this module before it
+        # launches the step, needs no thread until an agent's stream arrives.
+        import threading
+
         self.source, self.sock, self.step, self.on_end = source, sock, step, on_end
         self.ended = False
         self.stop = threading.Event()
