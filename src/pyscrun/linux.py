@@ -57,6 +57,26 @@ def setns(fd: int, nstype: int) -> None:
     _call("setns", fd, nstype)
 
 
+def join_namespaces(pid: int, kinds: tuple[tuple[str, int], ...], proc_fd: int) -> None:
+    """Enter pid's namespaces of kinds (their names under /proc/PID/ns and CLONE_NEW*
+    flags), in that order, each that is not this process's own already. All are opened
+    first: a joined mount namespace would change what the paths find. proc_fd: /proc,
+    opened where this process still sees it."""
+    targets = []
+    try:
+        for name, flag in kinds:
+            path = f"{pid}/ns/{name}"
+            if os.stat(path, dir_fd=proc_fd).st_ino == os.stat(f"self/ns/{name}",
+                                                                dir_fd=proc_fd).st_ino:
+                continue
+            targets.append((os.open(path, os.O_RDONLY | os.O_CLOEXEC, dir_fd=proc_fd), flag))
+        for fd, flag in targets:
+            setns(fd, flag)
+    finally:
+        for fd, _ in targets:
+            os.close(fd)
+
+
 def set_parent_death_signal(signum: int) -> None:
     _call("prctl", PR_SET_PDEATHSIG, signum, 0, 0, 0)
 

@@ -185,7 +185,7 @@ def _serve(orders_fd: int, answers_fd: int) -> None:
                 if verb == "root":
                     isolate(value)
                 elif verb == "join":
-                    _join(int(value), proc_fd)
+                    linux.join_namespaces(int(value), _JOINED, proc_fd)
                 else:
                     raise ValueError(f"unknown order {verb!r}")
                 answer = "ok"
@@ -217,20 +217,3 @@ def isolate(rootfs: str) -> None:
     os.chdir("/")
     if read_only:
         linux.mount("none", "/", None, linux.MS_REMOUNT | linux.MS_RDONLY)
-
-
-def _join(pid: int, proc_fd: int) -> None:
-    from pyscrun import linux
-
-    targets = []
-    for name, flag in _JOINED:
-        path = f"{pid}/ns/{name}"
-        if os.stat(path, dir_fd=proc_fd).st_ino == os.stat(f"self/ns/{name}", dir_fd=proc_fd).st_ino:
-            continue
-        targets.append((os.open(path, os.O_RDONLY | os.O_CLOEXEC, dir_fd=proc_fd), flag))
-    try:
-        for fd, flag in targets:
-            linux.setns(fd, flag)
-    finally:
-        for fd, _ in targets:
-            os.close(fd)

@@ -62,15 +62,12 @@ def _join_namespaces(agent: int) -> None:
     container's start, rather than copy it (node/sealed_program.py)."""
     from pyscrun import linux
 
-    for name, kind in (("user", linux.CLONE_NEWUSER), ("mnt", linux.CLONE_NEWNS)):
-        theirs = f"/proc/{agent}/ns/{name}"
-        if os.stat(theirs).st_ino == os.stat(f"/proc/self/ns/{name}").st_ino:
-            continue
-        fd = os.open(theirs, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            linux.setns(fd, kind)
-        finally:
-            os.close(fd)
+    proc_fd = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        linux.join_namespaces(agent, (("user", linux.CLONE_NEWUSER), ("mnt", linux.CLONE_NEWNS)),
+                              proc_fd)
+    finally:
+        os.close(proc_fd)
 
 
 def run(env: dict[str, str]) -> int:
