@@ -19,7 +19,8 @@ def _state(runtime: Runtime, container_id: str) -> dict[str, object]:
 
 
 def test_create_start_kill_delete(local_runtime: Runtime, tmp_path: Path) -> None:
-    bundle = make_bundle(tmp_path, ["sh", "-c", "trap 'exit 9' TERM; while true; do sleep 0.1; done"])
+    bundle = make_bundle(tmp_path, ["sh", "-c", "trap 'exit 9' TERM; touch /tmp/ready; "
+                                                "while true; do sleep 0.1; done"])
     pid_file = tmp_path / "pid"
     done = local_runtime.scrun("create", "--bundle", str(bundle), "--pid-file", str(pid_file), "c1")
     assert done.returncode == 0, done.stderr
@@ -39,6 +40,8 @@ def test_create_start_kill_delete(local_runtime: Runtime, tmp_path: Path) -> Non
     assert refused.returncode != 0
     assert "running" in refused.stderr
 
+    # Until its trap is set, a shell as pid 1 ignores TERM: wait for it, as with runc.
+    wait_for((bundle / "rootfs/tmp/ready").exists, 10, "the trap")
     assert local_runtime.scrun("kill", "c1", "TERM").returncode == 0
     wait_for(lambda: _state(local_runtime, "c1")["status"] == "stopped", 10, "stopped")
     assert _state(local_runtime, "c1").get("exitStatus") == 9
