@@ -329,7 +329,7 @@ class Agent(ContainerModes):
             gc.enable()
             status = self._hold()
             if status is None:
-                status = self._run_container(commands, task.own_pid_namespace)
+                status = self._run_container(commands, task.own_pid_namespace, task.terminal)
             if baseline is not None:
                 try:
                     shipped.send_back(self.control, task.shipped_dir, baseline)

@@ -100,10 +100,10 @@ class ContainerModes(AgentOrders):
     def detached_run_mode(self, commands: RuntimeCommands) -> int:
         """Run mode for a runtime that in the foreground would copy the container's
         output through pipes of its own (runc): run detached instead, the container
-        inheriting the agent's pipes, which are spliced into the streams in chunks as
-        large as the pipe holds rather than the runtime's every small write. The
-        runtime ends once the container runs; its init, adopted by this agent as
-        subreaper, is waited for."""
+        inheriting the agent's stdio (the caller's own, or pipes spliced into the
+        streams in chunks as large as the pipe holds) rather than the runtime copying
+        its every small write. The runtime ends once the container runs; its init,
+        adopted by this agent as subreaper, is waited for."""
         run = self._spawn(commands, "RunTimeRun", detach=True)
         if self.guard is not None:
             self.guard.tell_runtime(run.pid)
@@ -170,11 +170,14 @@ class ContainerModes(AgentOrders):
         self._report_running()
         return self.wait_for(pid)
 
-    def _run_container(self, commands: RuntimeCommands, own_pid_namespace: bool) -> int:
+    def _run_container(self, commands: RuntimeCommands, own_pid_namespace: bool,
+                       terminal: bool) -> int:
         """Bring the container up in the way the configuration says; its exit status.
-        own_pid_namespace: its init is pid 1 of a pid namespace of its own."""
+        own_pid_namespace: its init is pid 1 of a pid namespace of its own. terminal:
+        the container's stdio is this process's terminal, which the runtime's
+        foreground run sets up for it."""
         restore = self.env.get("PYSCRUN_AGENT_RESTORE")
-        detached = (not restore and self.conf.run_mode and self.stdio is not None
+        detached = (not restore and self.conf.run_mode and not terminal
                     and commands.copies_output("RunTimeRun"))
         # Whether the mode waits for the container's init rather than the runtime.
         waits_for_init = not restore and (detached or not self.conf.run_mode)
