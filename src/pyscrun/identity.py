@@ -14,10 +14,6 @@ from __future__ import annotations
 
 import os
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
 UID_MAP = "/proc/self/uid_map"
 GID_MAP = "/proc/self/gid_map"
 
@@ -93,37 +89,14 @@ def namespace_maps() -> str:
     return ";".join(found)
 
 
-def preexec() -> Callable[[], None] | None:
-    """What a Slurm command's child runs before exec: become_real_user inside a user
-    namespace, nothing outside one (where subprocess may then spawn without a fork)."""
-    return become_real_user if real_uid() != os.getuid() else None
-
-
-def become_real_user() -> None:
-    """In a child about to exec a Slurm command: a nested user namespace where the
-    real uid and gid are this process's own, so that the request says who munge's
-    credential says it is. Nothing to do outside a user namespace."""
-    uid, gid = os.getuid(), os.getgid()
-    outer_uid, outer_gid = real_uid(), real_gid()
-    if outer_uid == uid:
-        return
-    from pyscrun import linux
-
-    try:
-        linux.unshare(linux.CLONE_NEWUSER)
-        _write("/proc/self/uid_map", f"{outer_uid} {uid} 1\n")
-        # Without CAP_SETGID over the parent namespace a gid map needs setgroups denied.
-        _write("/proc/self/setgroups", "deny")
-        _write("/proc/self/gid_map", f"{outer_gid} {gid} 1\n")
-    except OSError as err:
-        # Said where the command's own errors go; Slurm then refuses the request itself.
-        os.write(2, f"error: cannot act as uid {outer_uid} towards Slurm from this user "
-                    f"namespace: {err.strerror}\n".encode())
-
-
-def _write(path: str, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
+def as_real_user(argv: list[str]) -> list[str]:
+    """argv of a Slurm command, run in a nested user namespace where the real uid and
+    gid are its own (util-linux's unshare writes the maps and denies setgroups, as an
+    unprivileged map needs), so that its request says who munge's credential says it
+    is; argv itself outside a user namespace. A program rather than code in a forked
+    child: the command then starts through posix_spawn, without a copy of this
+    process."""
+    uid, gid = real_uid(), real_gid()
+    if uid == os.getuid():
+        return argv
+    return ["unshare", "--user", f"--map-user={uid}", f"--map-group={gid}", "--", *argv]

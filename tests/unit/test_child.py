@@ -1,5 +1,5 @@
-"""The node agent's child processes (node/child.py): what a runtime command started by
-the agent gets, as subprocess would have given it, and how a command that overstays is
+"""Child processes started with posix_spawn (child.py): what a runtime command started
+by the agent gets, as subprocess would have given it, and how a command that overstays is
 ended."""
 
 from __future__ import annotations
@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from pyscrun import child
+from pyscrun.backends.salloc import HeldAllocation
 from pyscrun.conf import ociconf, patterns
-from pyscrun.node import child
+from pyscrun.errors import BackendError
 from pyscrun.node.runtime import RuntimeCommands
 
 ENV = {"PATH": "/usr/bin:/bin"}
@@ -87,3 +89,12 @@ def test_runtime_commands_run_in_the_task_dir_whatever_its_name(tmp_path: Path) 
                          "oci.conf")
     commands = RuntimeCommands(conf, patterns.PatternValues(), str(task_dir), ENV)
     assert commands.run("RunTimeKill") == (0, f"{task_dir}\n")
+
+
+def test_a_program_named_without_a_path_is_found_in_path_and_a_missing_one_said() -> None:
+    done = child.spawn(["true"], os.environ)
+    assert done.wait() == 0
+    before = set(os.listdir("/proc/self/fd"))
+    with pytest.raises(BackendError, match=r"^no-such-salloc not found: install slurm-client$"):
+        HeldAllocation.start(["no-such-salloc"], dict(os.environ))
+    assert set(os.listdir("/proc/self/fd")) == before, "its pipes are left open"

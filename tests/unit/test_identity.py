@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
-from pyscrun import identity
+from pyscrun import identity, linux
 from pyscrun.node import userns
 
 # Rootless podman's namespace: 0 is the user, 1.. the user's subordinate ids.
@@ -64,3 +65,36 @@ def test_no_namespace_is_made_where_none_is_asked_for(tmp_path: Path) -> None:
     userns.Entering({"PYSCRUN_AGENT_BUNDLE": str(tmp_path)}).finish()
     userns.Entering({userns.ENV: "", "PYSCRUN_AGENT_BUNDLE": str(tmp_path)}).finish()
     assert os.readlink("/proc/self/ns/user") == before
+
+
+def test_slurm_commands_run_as_the_real_user_from_podmans_namespace() -> None:
+    """In a namespace mapped as rootless podman maps its user's (0 is uid 1001), a
+    command run through as_real_user has the real ids as its own; outside one the
+    command is left as it is."""
+    assert identity.as_real_user(["id", "-u"]) == ["id", "-u"]
+    entered, go = os.pipe(), os.pipe()
+    said_read, said_write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            # The user's own ids, as podman's are: the map makes them 0 inside.
+            os.setgroups([])
+            os.setgid(1002)
+            os.setuid(1001)
+            linux.unshare(linux.CLONE_NEWUSER)
+            os.write(entered[1], b".")
+            os.read(go[0], 1)
+            ids = subprocess.run(identity.as_real_user(["sh", "-c", "id -u; id -g"]), capture_output=True,
+                                 text=True, check=False)
+            os.write(said_write, f"{os.getuid()} {os.getgid()} {ids.stdout} {ids.stderr}".encode())
+        finally:
+            os._exit(0)
+    os.read(entered[0], 1)
+    # As newuidmap writes rootless podman's maps: from outside, for the process.
+    Path(f"/proc/{pid}/uid_map").write_text("0 1001 1\n")
+    Path(f"/proc/{pid}/gid_map").write_text("0 1002 1\n")
+    os.write(go[1], b".")
+    os.waitpid(pid, 0)
+    os.close(said_write)
+    said = os.read(said_read, 4096).decode()
+    assert said.split() == ["0", "0", "1001", "1002"], said

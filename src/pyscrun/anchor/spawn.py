@@ -122,9 +122,7 @@ def _start_early(request: CreateRequest) -> None:
 def start_anchor(request: CreateRequest, keep_fds: tuple[int, ...]) -> tuple[int, int]:
     """Fork the anchor and the container's stand-in; returns their pids once the anchor
     reported created. Raises on failure, leaving neither."""
-    # Loaded before the fork: create needs it for the stand-in's, and the anchor's
-    # children would each load it again before they exec salloc or srun inside a user
-    # namespace (identity.become_real_user), where that costs the container's start.
+    # Loaded before the fork, for the stand-in's namespaces.
     from pyscrun import linux  # noqa: F401
 
     stand_in = StandInPipes()

@@ -2,8 +2,18 @@
 
 from __future__ import annotations
 
+import os
+
 from pyscrun.conf.site import Site
+from pyscrun.errors import BackendError
 from pyscrun.oci.state import ContainerState
+
+
+def command_missing(err: FileNotFoundError, argv: list[str]) -> BackendError:
+    """A scheduler's command (or the unshare that runs it) not installed, as one line."""
+    program = os.path.basename(str(err.filename or argv[0]))
+    return BackendError(f"{program} not found: install "
+                        f"{'util-linux' if program == 'unshare' else 'slurm-client'}")
 
 
 class Allocation:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 import time
 
-from pyscrun import identity, log
+from pyscrun import child, identity, log
+from pyscrun.backends.base import command_missing
 from pyscrun.errors import BackendError
 
 # salloc's words that name the job; the job's number follows.
@@ -42,28 +43,22 @@ def _job_named(said: bytes) -> tuple[str, bool]:
 
 def _spawn(argv: list[str], env: dict[str, str]) -> tuple[int, int, int]:
     """Start argv with its stdin and stderr pipes of ours (stdout: nowhere): its pid and
-    the ends we hold. fork and exec rather than subprocess, whose import (with re and
+    the ends we hold. child.spawn rather than subprocess, whose import (with re and
     locale, 6 ms) would come before salloc's start when the anchor asks early."""
     stdin_read, stdin_write = os.pipe()
     stderr_read, stderr_write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.dup2(stdin_read, 0)
-            null = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(null, 1)
-            os.dup2(stderr_write, 2)
-            os.closerange(3, os.sysconf("SC_OPEN_MAX"))
-            identity.become_real_user()
-            os.execvpe(argv[0], argv, env)
-        except FileNotFoundError:
-            os.write(2, f"{argv[0]} not found: install slurm-client".encode())
-        except OSError as err:
-            os.write(2, f"cannot run {argv[0]}: {err.strerror}".encode())
-        finally:
-            os._exit(127)
-    os.close(stdin_read)
-    os.close(stderr_write)
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        pid = child.spawn(identity.as_real_user(argv), env, (stdin_read, null, stderr_write)).pid
+    except OSError as err:
+        os.close(stdin_write)
+        os.close(stderr_read)
+        if isinstance(err, FileNotFoundError):
+            raise command_missing(err, argv) from None
+        raise BackendError(f"cannot run {argv[0]}: {err.strerror}") from None
+    finally:
+        for fd in (stdin_read, null, stderr_write):
+            os.close(fd)
     return pid, stdin_write, stderr_read
 
 

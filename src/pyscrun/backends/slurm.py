@@ -10,8 +10,8 @@ import os
 import sys
 import time
 
-from pyscrun import identity, log
-from pyscrun.backends.base import Allocation, Backend, LaunchRequest, Step
+from pyscrun import child, identity, log
+from pyscrun.backends.base import Allocation, Backend, LaunchRequest, Step, command_missing
 from pyscrun.backends.salloc import HeldAllocation
 from pyscrun.conf import scrun_env
 from pyscrun.conf.site import Site
@@ -58,13 +58,31 @@ def run_command(site: Site, argv: list[str], timeout: float = 60.0) -> subproces
 
     log.current.debug(f"slurm: {' '.join(argv)}")
     try:
-        return subprocess.run(argv, env=_env(site), capture_output=True, text=True,
-                              timeout=timeout, stdin=subprocess.DEVNULL, check=False,
-                              preexec_fn=identity.preexec())
-    except FileNotFoundError:
-        raise BackendError(f"{argv[0]} not found: install slurm-client") from None
+        return subprocess.run(identity.as_real_user(argv), env=_env(site), capture_output=True,
+                              text=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False)
+    except FileNotFoundError as err:
+        raise command_missing(err, argv) from None
     except subprocess.TimeoutExpired:
         raise BackendError(f"{argv[0]} did not finish within {timeout:.0f} s") from None
+
+
+def _fork_on_terminal(argv: list[str], env: dict[str, str], terminal_fd: int) -> int:
+    """srun --pty, its controlling terminal the container's (code in the child: a fork)."""
+    pid = os.fork()
+    if pid:
+        return pid
+    try:
+        from pyscrun.anchor.console import make_controlling_terminal
+
+        make_controlling_terminal(terminal_fd)
+        await_terminal_size()
+        os.execvpe(argv[0], argv, env)
+    except OSError as err:
+        # Where the container's errors go: the caller's stderr, and the log.
+        log.current.stderr = sys.stderr
+        log.current.error(f"cannot run {argv[0]}: {err.strerror}")
+    finally:
+        os._exit(127)
 
 
 def await_terminal_size(timeout: float = TERMINAL_SIZE_WAIT) -> None:
@@ -182,34 +200,22 @@ class SlurmBackend(Backend):
         log.current.debug(f"slurm: {' '.join(argv)}")
         if which(srun, env.get("PATH")) is None:
             raise BackendError(f"{srun} not found: install slurm-client")
-        # fork and exec rather than subprocess: the anchor reaps the step itself.
-        pid = os.fork()
-        if pid:
-            return Step(pid)
+        argv = identity.as_real_user(argv)
+        if request.terminal_fd is not None:
+            return Step(_fork_on_terminal(argv, env, request.terminal_fd))
+        # The anchor reaps the step itself.
+        # The agents read stdin themselves; srun must not race them for it.
+        stdin = os.open(os.devnull, os.O_RDONLY) if request.pass_stdio else None
+        output = request.output or (None, None)
         try:
-            if request.terminal_fd is not None:
-                from pyscrun.anchor.console import make_controlling_terminal
-
-                make_controlling_terminal(request.terminal_fd)
-                await_terminal_size()
-            else:
-                os.setsid()
-            if request.pass_stdio:
-                # The agents read stdin themselves; srun must not race them for it.
-                null = os.open(os.devnull, os.O_RDONLY)
-                os.dup2(null, 0)
-                os.close(null)
-            if request.output is not None:
-                os.dup2(request.output[0], 1)
-                os.dup2(request.output[1], 2)
-            identity.become_real_user()
-            os.execvpe(argv[0], argv, env)
+            return Step(child.spawn(argv, env, (stdin, *output), new_session=True).pid)
+        except FileNotFoundError as err:
+            raise command_missing(err, argv) from None
         except OSError as err:
-            # Where the container's errors go: the caller's stderr, and the log.
-            log.current.stderr = sys.stderr
-            log.current.error(f"cannot run {argv[0]}: {err.strerror}")
+            raise BackendError(f"cannot run {argv[0]}: {err.strerror}") from None
         finally:
-            os._exit(127)
+            if stdin is not None:
+                os.close(stdin)
 
     def release(self, site: Site, allocation: Allocation) -> None:
         held = allocation.handle
@@ -232,9 +238,9 @@ class SlurmBackend(Backend):
         import subprocess
 
         log.current.debug(f"slurm: {' '.join(argv)}")
-        done = subprocess.run(argv, env=_env(site), stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False,
-                              preexec_fn=identity.preexec())
+        done = subprocess.run(identity.as_real_user(argv), env=_env(site),
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, check=False)
         return done.returncode, done.stdout.decode(errors="replace")
 
     def cleanup_orphan(self, site: Site, state: ContainerState) -> None:

@@ -126,6 +126,8 @@ def _fork_session(argv: list[str], env: dict[str, str], through_srun: bool,
     """The exec session's own process: it runs argv (on the terminal, a pty slave, if
     given) and exits with its status."""
     read_fd, write_fd = os.pipe() if through_srun else (-1, -1)
+    if through_srun:
+        argv = identity.as_real_user(argv)
     pid = os.fork()
     if pid:
         for fd in (read_fd, write_fd, -1 if terminal is None else terminal):
@@ -145,7 +147,6 @@ def _fork_session(argv: list[str], env: dict[str, str], through_srun: bool,
                     os.dup2(write_fd, 2)
                     os.close(write_fd)
                     os.close(read_fd)
-                    identity.become_real_user()
                 os.execvpe(argv[0], argv, env)
             finally:
                 os._exit(127)

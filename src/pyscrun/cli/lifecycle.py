@@ -126,17 +126,14 @@ def run(ctx: Context) -> int:
             _ask(store, state, {"op": "start"})
         except ScrunError:
             if not forwarded:
+                # As with runc, a run that could not start leaves no container behind.
+                _give_up(store, container_id, anchor, stand_in)
                 raise
             # A signal forwarded before the start ended the container: run ends as it did.
     except KeyboardInterrupt:
         # Ctrl-C before the signals were forwarded: the container is given up, as on
         # SIGTERM to its anchor (a queued job is withdrawn).
-        import signal
-
-        os.kill(anchor, signal.SIGTERM)
-        os.waitpid(stand_in, 0)
-        os.waitpid(anchor, 0)
-        store.remove(container_id)
+        _give_up(store, container_id, anchor, stand_in)
         raise
     if ctx.flag("detach"):
         return 0
@@ -145,6 +142,19 @@ def run(ctx: Context) -> int:
     os.waitpid(anchor, 0)
     store.remove(container_id)
     return shell_status(status)
+
+
+def _give_up(store: Store, container_id: str, anchor: int, stand_in: int) -> None:
+    """End run's container before it ran (its anchor gives its job back) and remove it."""
+    import signal
+
+    try:
+        os.kill(anchor, signal.SIGTERM)
+    except ProcessLookupError:
+        pass  # ended already
+    os.waitpid(stand_in, 0)
+    os.waitpid(anchor, 0)
+    store.remove(container_id)
 
 
 def pause(ctx: Context) -> int:

@@ -18,10 +18,10 @@ from collections.abc import Callable
 
 from pyscrun import log, selfpipe
 from pyscrun.channel import frames, peer, streams, tcp
+from pyscrun.child import Child
 from pyscrun.conf.ociconf import OciConf
 from pyscrun.errors import ScrunError
 from pyscrun.node import processes, sealed_program, shipped
-from pyscrun.node.child import Child
 from pyscrun.node.early import CREATING
 from pyscrun.node.guard import Guard
 from pyscrun.node.modes import ContainerModes

@@ -12,9 +12,9 @@ import os
 import time
 
 from pyscrun import jsonc
+from pyscrun.child import Child
 from pyscrun.errors import RuntimeCommandError
 from pyscrun.node import criu, images, processes
-from pyscrun.node.child import Child
 from pyscrun.node.guard import Guard
 from pyscrun.node.orders import AgentOrders
 from pyscrun.node.runtime import RuntimeCommands, delete_ended, stop_and_delete

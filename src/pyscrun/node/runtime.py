@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 
-from pyscrun import jsonc, log
+from pyscrun import child, jsonc, log
 from pyscrun.conf import patterns
 from pyscrun.conf.ociconf import OciConf
 from pyscrun.errors import RuntimeCommandError
-from pyscrun.node import child, sealed_program
+from pyscrun.node import sealed_program
 
 # typing costs milliseconds at every start of the CLI: for type checkers only.
 TYPE_CHECKING = False

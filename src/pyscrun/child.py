@@ -1,6 +1,8 @@
-"""Child processes of the node agent, started with posix_spawn: the subprocess module
+"""Child processes started with posix_spawn, on the way to a container's start: the
+node agent's runtime commands, and the anchor's salloc and srun. The subprocess module
 would have the agent load locale, re, threading and more (5 ms) before its container
-can start.
+can start; a fork of the anchor, a large process, costs both it and the child a page
+fault for every page either then writes (3 to 4 ms before salloc or srun runs).
 
 As subprocess does by default, a child gets only the descriptors it is given: every
 other inheritable one is closed in it, and SIGPIPE and SIGXFSZ, which Python ignores,
@@ -9,16 +11,18 @@ are back to their defaults there.
 
 from __future__ import annotations
 
+# _signal's plain numbers: `signal` would have the anchor load enum (3 ms) before
+# salloc starts.
+import _signal  # type: ignore[import-not-found]
 import os
 import select
-import signal
 import time
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-_DEFAULT_IN_CHILD = (signal.SIGPIPE, signal.SIGXFSZ)
+_DEFAULT_IN_CHILD = (_signal.SIGPIPE, _signal.SIGXFSZ)
 
 
 class Child:
@@ -55,18 +59,20 @@ class Child:
 
 def spawn(argv: list[str], env: Mapping[str, str],
           stdio: tuple[int | None, int | None, int | None] = (None, None, None),
-          pass_fds: Iterable[int] = ()) -> Child:
-    """Start argv (its program by path) with env; stdio: the descriptors to give it as
-    0, 1 and 2 (each 3 or above; None: this process's own); pass_fds: descriptors it
-    keeps as they are."""
+          pass_fds: Iterable[int] = (), new_session: bool = False) -> Child:
+    """Start argv (its program by path, or by name looked up in this process's PATH)
+    with env; stdio: the descriptors to give it as 0, 1 and 2 (each 3 or above; None:
+    this process's own); pass_fds: descriptors it keeps as they are; new_session: in a
+    session of its own."""
     kept = set(pass_fds)
     actions: list[tuple[int, ...]] = [
         (os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(stdio) if fd is not None]
     # A descriptor dup'ed onto itself loses its close-on-exec flag (glibc >= 2.29).
     actions += [(os.POSIX_SPAWN_DUP2, fd, fd) for fd in sorted(kept)]
     actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in _inheritable() if fd not in kept]
-    return Child(os.posix_spawn(argv[0], argv, env, file_actions=actions,
-                                setsigdef=_DEFAULT_IN_CHILD))
+    start = os.posix_spawn if "/" in argv[0] else os.posix_spawnp
+    return Child(start(argv[0], argv, env, file_actions=actions, setsigdef=_DEFAULT_IN_CHILD,
+                       setsid=new_session))
 
 
 def _inheritable() -> list[int]:
@@ -97,7 +103,7 @@ def run(argv: list[str], env: Mapping[str, str], timeout: float,
     try:
         out, err = _read_both(out_read, err_read, time.monotonic() + timeout)
     except TimeoutError:
-        os.kill(child.pid, signal.SIGKILL)
+        os.kill(child.pid, _signal.SIGKILL)
         child.wait()
         raise
     finally:
