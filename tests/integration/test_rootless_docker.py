@@ -14,7 +14,7 @@ import pytest
 from tests.integration.accounts import USER, account
 from tests.integration.conftest import runtime_on
 from tests.integration.dockerd import IMAGE, RUNTIME
-from tests.integration.harness import Cluster
+from tests.integration.harness import Cluster, wait_for
 from tests.integration.rootless_dockerd import RootlessDockerd
 
 
@@ -42,11 +42,13 @@ def test_echo_exit_code_detach_and_stop(rootless_docker: RootlessDockerd) -> Non
     done = rootless_docker.docker(*run, "--rm", IMAGE, "sh", "-c", "exit 3")
     assert done.returncode == 3, done.stderr.decode()
     cid = _ok(rootless_docker, *run, "-d", IMAGE, "sh", "-c",
-              "trap 'echo got TERM; exit 0' TERM; while true; do sleep 0.1; done")
+              "trap 'echo got TERM; exit 0' TERM; echo ready; while true; do sleep 0.1; done")
     # scrun keeps the container under the shim's --root, as the user it runs for.
     state = json.loads((rootless_docker.runtime_root / cid / "state.json").read_text())
     backend = "slurm" if rootless_docker.runtime.slurm_conf.exists() else "local"
     assert (state["owner"], state["backend"], state["status"]) == (USER, backend, "running")
+    # A SIGTERM before the trap would be ignored (the shell is the container's pid 1).
+    wait_for(lambda: "ready" in _ok(rootless_docker, "logs", cid), 30, "the trap")
     _ok(rootless_docker, "stop", "-t", "10", cid)
     assert _ok(rootless_docker, "inspect", "-f", "{{.State.ExitCode}}", cid) == "0"
     assert "got TERM" in _ok(rootless_docker, "logs", cid)
