@@ -74,7 +74,7 @@ class Backend:
 
     def exec_command(self, site: Site, job_id: str, env: dict[str, str], terminal: bool,
                      ) -> tuple[list[str], dict[str, str]]:
-        """How to run `python -m pyscrun.node.exec_into` where task 0 of job_id runs,
+        """How to run node/exec_into.py (node.exec_into_command) where task 0 of job_id runs,
         with env (PYSCRUN_EXEC_*) beside what it needs, its stdio a terminal there if
         terminal: argv and environment."""
         raise NotImplementedError

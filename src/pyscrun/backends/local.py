@@ -15,6 +15,7 @@ from pyscrun import log
 from pyscrun.anchor.console import make_controlling_terminal
 from pyscrun.backends.base import Allocation, Backend, LaunchRequest, Step
 from pyscrun.conf.site import Site
+from pyscrun.node import exec_into_command
 from pyscrun.oci.state import ContainerState
 
 
@@ -73,7 +74,7 @@ class LocalBackend(Backend):
 
     def exec_command(self, site: Site, job_id: str, env: dict[str, str], terminal: bool,
                      ) -> tuple[list[str], dict[str, str]]:
-        return ([sys.executable, "-m", "pyscrun.node.exec_into"],
+        return (exec_into_command(),
                 {**os.environ, **env, "PYSCRUN_EXEC_SLURM_CONF": site.slurm_conf})
 
     def release(self, site: Site, allocation: Allocation) -> None:

@@ -17,7 +17,7 @@ from pyscrun.conf import scrun_env
 from pyscrun.conf.site import Site
 from pyscrun.errors import BackendError
 from pyscrun.fs import which
-from pyscrun.node import agent_command
+from pyscrun.node import agent_command, exec_into_command
 from pyscrun.oci.state import ContainerState
 
 # The anchor asks for its job (start_allocation) before its own modules load: what
@@ -160,7 +160,7 @@ class SlurmBackend(Backend):
         argv = [srun, f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1",
                 "--job-name=scrun-exec", "--quiet", "--export=ALL", "--kill-on-bad-exit=0",
                 "--chdir=/", *(["--pty"] if terminal else []),
-                *site.oci.SrunArgs, "--", sys.executable, "-m", "pyscrun.node.exec_into"]
+                *site.oci.SrunArgs, "--", *exec_into_command()]
         exec_env = _env(site, env)
         exec_env.pop("SLURM_JOBID", None)
         exec_env.pop("SLURM_STEP_ID", None)
