@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import os
 
+from pyscrun import child, identity
 from pyscrun.conf.site import Site
 from pyscrun.errors import BackendError
 from pyscrun.oci.state import ContainerState
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 
 def command_missing(err: FileNotFoundError, argv: list[str]) -> BackendError:
@@ -14,6 +19,21 @@ def command_missing(err: FileNotFoundError, argv: list[str]) -> BackendError:
     program = os.path.basename(str(err.filename or argv[0]))
     return BackendError(f"{program} not found: install "
                         f"{'util-linux' if program == 'unshare' else 'slurm-client'}")
+
+
+def start_command(argv: list[str], env: Mapping[str, str],
+                  stdio: tuple[int | None, int | None, int | None],
+                  new_session: bool = False) -> int:
+    """A scheduler's command started as the real user (identity.as_real_user) through
+    posix_spawn, with stdio as child.spawn takes it: its pid. BackendError, in one
+    line, if it cannot start."""
+    spawned = identity.as_real_user(argv)
+    try:
+        return child.spawn(spawned, env, stdio, new_session=new_session).pid
+    except FileNotFoundError as err:
+        raise command_missing(err, argv) from None
+    except OSError as err:
+        raise BackendError(f"cannot run {spawned[0]}: {err.strerror}") from None
 
 
 class Allocation:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 import time
 
-from pyscrun import child, identity, log
-from pyscrun.backends.base import command_missing
+from pyscrun import log
+from pyscrun.backends.base import start_command
 from pyscrun.errors import BackendError
 
 # salloc's words that name the job; the job's number follows.
@@ -43,19 +43,17 @@ def _job_named(said: bytes) -> tuple[str, bool]:
 
 def _spawn(argv: list[str], env: dict[str, str]) -> tuple[int, int, int]:
     """Start argv with its stdin and stderr pipes of ours (stdout: nowhere): its pid and
-    the ends we hold. child.spawn rather than subprocess, whose import (with re and
+    the ends we hold. posix_spawn rather than subprocess, whose import (with re and
     locale, 6 ms) would come before salloc's start when the anchor asks early."""
     stdin_read, stdin_write = os.pipe()
     stderr_read, stderr_write = os.pipe()
     null = os.open(os.devnull, os.O_WRONLY)
     try:
-        pid = child.spawn(identity.as_real_user(argv), env, (stdin_read, null, stderr_write)).pid
-    except OSError as err:
+        pid = start_command(argv, env, (stdin_read, null, stderr_write))
+    except BackendError:
         os.close(stdin_write)
         os.close(stderr_read)
-        if isinstance(err, FileNotFoundError):
-            raise command_missing(err, argv) from None
-        raise BackendError(f"cannot run {argv[0]}: {err.strerror}") from None
+        raise
     finally:
         for fd in (stdin_read, null, stderr_write):
             os.close(fd)

@@ -10,8 +10,15 @@ import os
 import sys
 import time
 
-from pyscrun import child, identity, log
-from pyscrun.backends.base import Allocation, Backend, LaunchRequest, Step, command_missing
+from pyscrun import identity, log
+from pyscrun.backends.base import (
+    Allocation,
+    Backend,
+    LaunchRequest,
+    Step,
+    command_missing,
+    start_command,
+)
 from pyscrun.backends.salloc import HeldAllocation
 from pyscrun.conf import scrun_env
 from pyscrun.conf.site import Site
@@ -200,19 +207,13 @@ class SlurmBackend(Backend):
         log.current.debug(f"slurm: {' '.join(argv)}")
         if which(srun, env.get("PATH")) is None:
             raise BackendError(f"{srun} not found: install slurm-client")
-        argv = identity.as_real_user(argv)
         if request.terminal_fd is not None:
-            return Step(_fork_on_terminal(argv, env, request.terminal_fd))
-        # The anchor reaps the step itself.
+            return Step(_fork_on_terminal(identity.as_real_user(argv), env, request.terminal_fd))
         # The agents read stdin themselves; srun must not race them for it.
         stdin = os.open(os.devnull, os.O_RDONLY) if request.pass_stdio else None
         output = request.output or (None, None)
         try:
-            return Step(child.spawn(argv, env, (stdin, *output), new_session=True).pid)
-        except FileNotFoundError as err:
-            raise command_missing(err, argv) from None
-        except OSError as err:
-            raise BackendError(f"cannot run {argv[0]}: {err.strerror}") from None
+            return Step(start_command(argv, env, (stdin, *output), new_session=True))
         finally:
             if stdin is not None:
                 os.close(stdin)
