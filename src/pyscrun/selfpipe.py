@@ -13,19 +13,20 @@ import os
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
-    from selectors import BaseSelector
+
+    from pyscrun.poller import Poller
 
 # The write end must live as long as the process: set_wakeup_fd holds only its number.
 _writers: list[int] = []
 
 
-def install(selector: BaseSelector, signums: Iterable[int], data: object) -> int:
+def install(selector: Poller, signums: Iterable[int], data: object) -> int:
     """Deliver signums as readable events (their numbers as bytes) tagged with data;
     the descriptor they arrive on."""
-    from selectors import EVENT_READ
+    from pyscrun.poller import READ
 
     reader = catch(signums)
-    selector.register(reader, EVENT_READ, data)
+    selector.register(reader, READ, data)
     return reader
 
 

@@ -4,16 +4,18 @@ writing out what waits for one."""
 from __future__ import annotations
 
 import fcntl
-import selectors
-import socket
-from collections.abc import Callable
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from pyscrun.poller import HasFileno, Poller
 
 
-def watch(selector: selectors.BaseSelector, fileobj: socket.socket | int, events: int,
-          data: object) -> None:
+def watch(selector: Poller, fileobj: HasFileno | int, events: int, data: object) -> None:
     """Watch fileobj for events (none: not at all), registering, changing or dropping
     its registration as needed."""
-    key = selector.get_map().get(fileobj)
+    key = selector.get_key(fileobj)
     if key is None:
         if events:
             selector.register(fileobj, events, data)

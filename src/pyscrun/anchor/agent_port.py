@@ -8,11 +8,9 @@ malformed, is dropped with one log line and changes nothing.
 
 from __future__ import annotations
 
-import selectors
-import socket
 import time
 
-from pyscrun import log, messages
+from pyscrun import log, messages, poller
 from pyscrun.anchor.agents import AgentLink, Agents
 from pyscrun.channel import frames, streams, tcp
 from pyscrun.channel.peer import Peer, PeerGone
@@ -22,6 +20,7 @@ from pyscrun.watch import watch
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import _socket
     from collections.abc import Callable
     from typing import Any
 
@@ -30,10 +29,10 @@ MAX_STRANGERS = 64
 
 
 class AgentPort:
-    def __init__(self, selector: selectors.BaseSelector, agents: Agents, secret: bytes,
+    def __init__(self, selector: poller.Poller, agents: Agents, secret: bytes,
                  port_range: tuple[int, int] | None, loopback_only: bool,
                  on_event: Callable[[AgentLink, dict[str, Any]], None],
-                 on_stream: Callable[[socket.socket, int], bool],
+                 on_stream: Callable[[_socket.socket, int], bool],
                  on_gone: Callable[[AgentLink], None]) -> None:
         self.selector = selector
         self.agents = agents
@@ -43,7 +42,7 @@ class AgentPort:
         self.listener.setblocking(False)
         self.port = tcp.port_of(self.listener)
         self.strangers: list[AgentLink] = []  # connected, not agents (yet)
-        selector.register(self.listener, selectors.EVENT_READ, self)
+        selector.register(self.listener, poller.READ, self)
 
     def deadlines(self) -> list[float]:
         return [link.deadline for link in self.strangers if link.deadline is not None]
@@ -55,9 +54,9 @@ class AgentPort:
     def rearm(self) -> None:
         """Connections are read, and written to while frames wait."""
         for link in (*self.strangers, *self.agents.connected):
-            events = selectors.EVENT_READ
+            events = poller.READ
             if link.peer.pending:
-                events |= selectors.EVENT_WRITE
+                events |= poller.WRITE
             watch(self.selector, link.peer.sock, events, link)
 
     def ready(self, data: object, events: int) -> None:
@@ -65,9 +64,9 @@ class AgentPort:
         if data is self:
             self._accept()
         elif isinstance(data, AgentLink):
-            if events & selectors.EVENT_WRITE and not data.peer.flush():
+            if events & poller.WRITE and not data.peer.flush():
                 self._drop(data)
-            elif events & selectors.EVENT_READ:
+            elif events & poller.READ:
                 self._read(data)
 
     def close(self) -> None:
@@ -82,7 +81,7 @@ class AgentPort:
             self.refuse(self.strangers[0], "too many connections are waiting to say hello")
         link = AgentLink(Peer.accepted(sock, self.secret), time.monotonic() + HELLO_TIMEOUT)
         self.strangers.append(link)
-        self.selector.register(sock, selectors.EVENT_READ, link)
+        self.selector.register(sock, poller.READ, link)
 
     def refuse(self, link: AgentLink, why: str) -> None:
         log.current.error(f"refused a connection to the agents' port from {link.peer.address}: {why}")

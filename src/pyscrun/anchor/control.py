@@ -9,11 +9,10 @@ take the anchor's descriptors or its loop.
 from __future__ import annotations
 
 import os
-import selectors
 import socket
 import time
 
-from pyscrun import log, messages
+from pyscrun import log, messages, poller
 from pyscrun.anchor import protocol
 from pyscrun.errors import ScrunError
 from pyscrun.watch import watch
@@ -51,7 +50,7 @@ class ControlSocket:
     """The listener and its clients; handle gives a request's reply, or None when the
     reply comes later (a checkpoint's)."""
 
-    def __init__(self, selector: selectors.BaseSelector, path: str,
+    def __init__(self, selector: poller.Poller, path: str,
                  handle: Callable[[Connection, dict[str, Any]], dict[str, Any] | None],
                  channel: str = "control") -> None:
         self.selector = selector
@@ -70,7 +69,7 @@ class ControlSocket:
                 "system cannot hold Unix sockets; use a directory on a local file system "
                 "(XDG_RUNTIME_DIR=/run/user/UID, or --root)") from None
         self.listener.setblocking(False)
-        selector.register(self.listener, selectors.EVENT_READ, self)
+        selector.register(self.listener, poller.READ, self)
 
     def ready(self, data: object) -> None:
         """A selector event of this socket: the listener's (data is self) or a client's."""
@@ -122,7 +121,7 @@ class ControlSocket:
         conn.setblocking(False)
         client = Connection(conn, time.monotonic())
         self.clients.append(client)
-        self.selector.register(conn, selectors.EVENT_READ, client)
+        self.selector.register(conn, poller.READ, client)
 
     def _drop_idlest(self) -> None:
         idle = [c for c in self.clients if not c.waiting]

@@ -9,13 +9,12 @@ every task runs again.
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]
 import os
-import selectors
-import signal
 import socket
 import time
 
-from pyscrun import backends, identity, log, selfpipe
+from pyscrun import backends, identity, log, poller, selfpipe
 from pyscrun.anchor.agent_port import AgentPort
 from pyscrun.anchor.agents import AgentLink, Agents
 from pyscrun.anchor.control import Connection, ControlSocket
@@ -40,6 +39,7 @@ from pyscrun.watch import watch
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import _socket
     from typing import Any, NoReturn
 
     from pyscrun.anchor.shipping import Shipment
@@ -57,7 +57,7 @@ class Anchor(Ending):
         self.backend = backends.get(request.site.backend)
         # poll, not epoll: the caller's stdio may be a regular file or /dev/null,
         # which epoll refuses to watch.
-        self.selector = selectors.PollSelector()
+        self.selector = poller.Poller()
         self.secret = os.urandom(32)
         self.allocation: Allocation | None = None
         self.step: Step | None = None
@@ -127,7 +127,7 @@ class Anchor(Ending):
         self.state.job_owned = self.allocation.owned
         self.store.save(self.state)
         if self.allocation.queued:
-            self.selector.register(self.backend.queue_fd(self.allocation), selectors.EVENT_READ,
+            self.selector.register(self.backend.queue_fd(self.allocation), poller.READ,
                                    "queued")
             # Staged once the job runs: the copy it runs from is known only then.
             same_rootfs = not os.path.exists(self.site.scrun_lua)
@@ -146,7 +146,7 @@ class Anchor(Ending):
         if self.backend.name == "slurm" and os.path.ismount(self.state.rootfs):
             same_rootfs = False
         self.stand_in.set_root(os.path.realpath(self.state.rootfs) if same_rootfs else "")
-        self.selector.register(os.pidfd_open(self.stand_in.pid), selectors.EVENT_READ, "stand-in")
+        self.selector.register(os.pidfd_open(self.stand_in.pid), poller.READ, "stand-in")
         self.store.save(self.state)
         if self.request.pid_file:
             write_atomic(os.path.abspath(self.request.pid_file),
@@ -162,7 +162,7 @@ class Anchor(Ending):
         # Caught since the anchor's start (spawn.py): what came meanwhile is read now.
         assert self.request.signals is not None
         self.signals = self.request.signals
-        self.selector.register(self.signals, selectors.EVENT_READ, "signal")
+        self.selector.register(self.signals, poller.READ, "signal")
         try:
             self._setup()
         except BaseException as err:
@@ -210,7 +210,7 @@ class Anchor(Ending):
                               "ending the container")
             self.unheard = True
             if error is None:
-                self._kill(signal.SIGKILL)
+                self._kill(_signal.SIGKILL)
 
     # -- serving ---------------------------------------------------------------------
     def _deadlines(self) -> list[float]:
@@ -249,14 +249,14 @@ class Anchor(Ending):
             self.agent_port.rearm()
         if self.stdio is None:
             return
-        watch(self.selector, self.stdio.wake_fd, selectors.EVENT_READ, "streams")
+        watch(self.selector, self.stdio.wake_fd, poller.READ, "streams")
         taker = self.agents.stdin_taker()
         take = (self.stdio.stdin_fd >= 0 and taker is not None
                 and taker.peer.pending < HIGH_WATER)
         if self.stdio.stdin_fd >= 0:
-            watch(self.selector, self.stdio.stdin_fd, selectors.EVENT_READ if take else 0, "stdin")
+            watch(self.selector, self.stdio.stdin_fd, poller.READ if take else 0, "stdin")
 
-    def _dispatch(self, key: selectors.SelectorKey, events: int) -> None:
+    def _dispatch(self, key: poller.Key, events: int) -> None:
         data = key.data
         if data == "stdin":
             self._read_stdin()
@@ -269,7 +269,7 @@ class Anchor(Ending):
         elif data == "signal":
             if any(s in TERMINATING_SIGNALS for s in selfpipe.received(key.fileobj)):  # type: ignore[arg-type]
                 log.current.info("terminating on signal: cancelling the container")
-                self._kill(signal.SIGKILL)
+                self._kill(_signal.SIGKILL)
         elif data == "queued":
             self._follow_queued_job(key.fileobj)  # type: ignore[arg-type]
         elif data == "stand-in":
@@ -277,7 +277,7 @@ class Anchor(Ending):
             os.close(key.fd)
             if self.exit_status is None and self.state.status in (CREATED, RUNNING, PAUSED):
                 log.current.error("the container's stand-in was killed: ending the container")
-                self._kill(signal.SIGKILL)
+                self._kill(_signal.SIGKILL)
         elif data == "step":
             assert self.step is not None
             self.selector.unregister(key.fileobj)
@@ -289,7 +289,7 @@ class Anchor(Ending):
             assert self.control is not None
             self.control.ready(data)
 
-    def _agent_stream(self, sock: socket.socket, kind: int) -> bool:
+    def _agent_stream(self, sock: _socket.socket, kind: int) -> bool:
         """A task's output stream to take; False if none is wanted."""
         if self.stdio is None:
             return False

@@ -6,9 +6,9 @@ A base of the anchor (anchor/daemon.py), which holds the state it works on."""
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]
 import os
 import select
-import signal
 import time
 
 from pyscrun import log
@@ -62,7 +62,7 @@ class Ending(Launch):
         # Agents report their container's status and exit 0. A task that did not
         # report was killed: srun says so in its own status, unless it gave up
         # waiting for the step to end (its status is then 0).
-        lost = [128 + signal.SIGKILL] if self.agents.unreported() else []
+        lost = [128 + _signal.SIGKILL] if self.agents.unreported() else []
         self.exit_status = max([self.step_status, *self.agents.exit_statuses, *lost])
         self._report_ready(f"restore failed: {self.agents.last_error or 'the step ended'}")
 

@@ -5,12 +5,11 @@ A base of the anchor (anchor/daemon.py), which holds the state it works on."""
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]
 import os
-import selectors
-import signal
 import socket
 
-from pyscrun import identity, jsonc, log
+from pyscrun import identity, jsonc, log, poller
 from pyscrun.anchor.orders import Orders
 from pyscrun.anchor.stdio import CallerStdio
 from pyscrun.backends.base import LaunchRequest
@@ -30,7 +29,7 @@ if TYPE_CHECKING:
 class Launch(Orders):
     # What the anchor holds (anchor/daemon.py), beside what Orders uses.
     site: Site
-    selector: selectors.BaseSelector
+    selector: poller.Poller
     secret: bytes
     allocation: Allocation | None
     agent_port: AgentPort | None
@@ -179,7 +178,7 @@ class Launch(Orders):
             for _, launcher_end in held.values():
                 launcher_end.close()
         self.launcher_output = {kind: ours for kind, (ours, _) in held.items()}
-        self.selector.register(os.pidfd_open(self.step.pid), selectors.EVENT_READ, "step")
+        self.selector.register(os.pidfd_open(self.step.pid), poller.READ, "step")
         # The container's stdio now belongs to the step alone.
         _detach_stdio()
         if self.terminal_fd is not None:
@@ -193,11 +192,11 @@ class Launch(Orders):
         if self.step is not None:
             log.current.error("the container's step did not end: killing its launcher")
             try:
-                os.kill(self.step.pid, signal.SIGKILL)
+                os.kill(self.step.pid, _signal.SIGKILL)
             except ProcessLookupError:
                 pass
         else:
-            self.exit_status = 128 + signal.SIGKILL
+            self.exit_status = 128 + _signal.SIGKILL
 
 
 def _detach_stdio() -> None:

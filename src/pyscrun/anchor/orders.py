@@ -5,7 +5,7 @@ A mixin of the anchor (anchor/daemon.py), which holds the state it works on."""
 
 from __future__ import annotations
 
-import signal
+import _signal  # type: ignore[import-not-found]
 import time
 
 from pyscrun import log
@@ -29,8 +29,8 @@ if TYPE_CHECKING:
     from pyscrun.oci.state import ContainerState
 
 # Signals whose default action neither ends nor dumps a process.
-_HARMLESS_SIGNALS = frozenset((signal.SIGCHLD, signal.SIGCONT, signal.SIGURG, signal.SIGWINCH,
-                               signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU))
+_HARMLESS_SIGNALS = frozenset((_signal.SIGCHLD, _signal.SIGCONT, _signal.SIGURG, _signal.SIGWINCH,
+                               _signal.SIGSTOP, _signal.SIGTSTP, _signal.SIGTTIN, _signal.SIGTTOU))
 # After SIGKILL was ordered, how long the step may take before its launcher is killed.
 KILL_GRACE = 10.0
 # How long an order for the tasks waits for every task to run its container.
@@ -77,7 +77,7 @@ class Orders:
         elif op == "kill":
             self._kill(message["signal"], bool(message.get("all")))
         elif op == "delete":
-            self._kill(signal.SIGKILL)
+            self._kill(_signal.SIGKILL)
         elif op == "checkpoint" or op in RULES:
             self._when_running(client, message)
             return None
@@ -145,7 +145,7 @@ class Orders:
             raise InvalidState(f"cannot kill a container that is {status}")
         if status == CREATED and signum in _HARMLESS_SIGNALS:
             return  # its step waits for the start: nothing runs that it could reach
-        if signum == signal.SIGKILL and self.kill_deadline is None:
+        if signum == _signal.SIGKILL and self.kill_deadline is None:
             self.kill_deadline = time.monotonic() + KILL_GRACE
         self.agents.kill(signum, every)
 

@@ -8,7 +8,6 @@ output variables describe the container as it runs, so they are worked out here 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 
 from pyscrun import identity, log
 from pyscrun.anchor import jobenv
@@ -19,6 +18,8 @@ from pyscrun.oci.state import ContainerState
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from pyscrun.hooks.lua import ScrunLua
 
 

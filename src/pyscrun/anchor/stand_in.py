@@ -167,13 +167,13 @@ class StandIn:
 # -- the stand-in's side --------------------------------------------------------------
 
 def _serve(orders_fd: int, answers_fd: int) -> None:
-    import signal
+    import _signal  # type: ignore[import-not-found]
 
     from pyscrun import linux
 
     linux.keep_only({orders_fd, answers_fd})
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
-        signal.signal(signum, signal.SIG_IGN)
+    for signum in (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT):
+        _signal.signal(signum, _signal.SIG_IGN)
     # The host's /proc, for a later join: the new root has none.
     proc_fd = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     with open(orders_fd, "rb", buffering=0) as orders:

@@ -16,14 +16,16 @@ import select
 import socket
 import stat
 import time
-from collections.abc import Callable
 
 from pyscrun.channel import frames, streams
 from pyscrun.watch import widen_pipe
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    import threading  # loaded with the first stream (channel/streams.py)
+    import _socket
+    from collections.abc import Callable
+
+    from pyscrun.threads import Flag
 
 # Bytes of the caller's stdin waiting to reach task 0's agent beyond which the anchor
 # stops reading it.
@@ -54,7 +56,7 @@ class Sink:
         elif stat.S_ISSOCK(mode):
             self.sock = socket.socket(fileno=fd)
 
-    def _room(self, stop: threading.Event) -> bool:
+    def _room(self, stop: Flag) -> bool:
         """Wait until the descriptor takes more; False if told to stop meanwhile."""
         while not self._has_room(streams.WAIT):
             if stop.is_set():
@@ -66,7 +68,7 @@ class Sink:
         poller.register(self.fd, select.POLLOUT)
         return bool(poller.poll(wait * 1000))
 
-    def take_from(self, sock: socket.socket, stop: threading.Event) -> bool:
+    def take_from(self, sock: _socket.socket, stop: Flag) -> bool:
         """Move what arrived on sock (it was readable) into this descriptor; False at
         the stream's end."""
         while self.pipe and not self.gone:
@@ -88,7 +90,7 @@ class Sink:
         self.write(data, stop)
         return bool(data)
 
-    def write(self, data: bytes, stop: threading.Event) -> None:
+    def write(self, data: bytes, stop: Flag) -> None:
         view = memoryview(data)
         while view and not self.gone:
             try:
@@ -120,7 +122,7 @@ class Sink:
             os.close(self.fd)
 
 
-def stream_into(sink: Sink, sock: socket.socket, on_end: Callable[[], None]) -> streams.Mover:
+def stream_into(sink: Sink, sock: _socket.socket, on_end: Callable[[], None]) -> streams.Mover:
     """What arrives on an agent's stream connection, moved into sink by a thread (not
     started yet); on_end is called in it once the stream has ended."""
     sock.setblocking(False)
@@ -138,7 +140,7 @@ class CallerStdio:
         # Written by a stream's thread at its end, read by the anchor's loop.
         self.wake_fd, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
 
-    def take(self, sock: socket.socket, kind: int, launcher: bool = False) -> None:
+    def take(self, sock: _socket.socket, kind: int, launcher: bool = False) -> None:
         """A task's output stream (kind: frames.STDOUT or STDERR), or the launcher's
         own output of that kind, from now on."""
         stream = stream_into(self.sinks[kind], sock, self._wake)

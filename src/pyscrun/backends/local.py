@@ -6,8 +6,8 @@ The agent is forked, not executed, so a container costs no second interpreter st
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]
 import os
-import signal
 import socket
 import sys
 
@@ -46,10 +46,10 @@ class LocalBackend(Backend):
             return Step(pid)
         code = 255
         try:
-            signal.set_wakeup_fd(-1)
-            for signum in range(1, signal.NSIG):
+            _signal.set_wakeup_fd(-1)
+            for signum in range(1, _signal.NSIG):
                 try:
-                    signal.signal(signum, signal.SIG_DFL)
+                    _signal.signal(signum, _signal.SIG_DFL)
                 except (OSError, ValueError):
                     continue
             if request.terminal_fd is not None:

@@ -9,12 +9,15 @@ below the directory it gave that area and refuses any path that would leave it.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 
 from pyscrun import messages
 from pyscrun.channel import frames
 from pyscrun.channel.peer import Peer, PeerGone
 from pyscrun.errors import ChannelError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 SEND_TIMEOUT = 120.0
 # GNU tar's status for "some files differ" (changed while read): a warning, not a failure.

@@ -7,10 +7,10 @@ its buffer, and the owner watches for writability while anything does (`pending`
 
 from __future__ import annotations
 
-import selectors
-import socket
+import _socket
 import time
 
+from pyscrun import poller
 from pyscrun.channel import auth, frames, tcp
 from pyscrun.errors import ChannelError
 from pyscrun.watch import drain
@@ -27,7 +27,7 @@ class PeerGone(Exception):
 
 
 class Peer:
-    def __init__(self, sock: socket.socket, secret: bytes, challenge: bytes | None = None) -> None:
+    def __init__(self, sock: _socket.socket, secret: bytes, challenge: bytes | None = None) -> None:
         sock.setblocking(False)
         self.sock = sock
         self.secret = secret
@@ -45,7 +45,7 @@ class Peer:
         self.address = str(name[0]) if isinstance(name, tuple) else (str(name) or "a local peer")
 
     @classmethod
-    def accepted(cls, sock: socket.socket, secret: bytes) -> Peer:
+    def accepted(cls, sock: _socket.socket, secret: bytes) -> Peer:
         """A connection that reached a listener: it must prove itself first."""
         challenge = auth.challenge()
         peer = cls(sock, secret, challenge)
@@ -74,8 +74,8 @@ class Peer:
     def flush_blocking(self, timeout: float) -> bool:
         """Send everything queued, waiting up to timeout; False if it could not."""
         deadline = time.monotonic() + timeout
-        with selectors.DefaultSelector() as selector:
-            selector.register(self.sock, selectors.EVENT_WRITE)
+        with poller.Poller() as selector:
+            selector.register(self.sock, poller.WRITE)
             while self.out:
                 left = deadline - time.monotonic()
                 if left <= 0 or not self.flush():
@@ -121,12 +121,12 @@ class Peer:
         closes (up to timeout): a close with unread data would reset the connection,
         and the other end could lose what it had not read yet."""
         try:
-            self.sock.shutdown(socket.SHUT_WR)
+            self.sock.shutdown(_socket.SHUT_WR)
         except OSError:
             return  # already gone
         deadline = time.monotonic() + timeout
-        with selectors.DefaultSelector() as selector:
-            selector.register(self.sock, selectors.EVENT_READ)
+        with poller.Poller() as selector:
+            selector.register(self.sock, poller.READ)
             while (left := deadline - time.monotonic()) > 0 and selector.select(left):
                 try:
                     if not self.sock.recv(RECEIVE_SIZE):
@@ -147,7 +147,7 @@ def messages(received: list[tuple[int, bytes]]) -> list[dict[str, Any]]:
             if kind == frames.MESSAGE]
 
 
-def _read_frames(sock: socket.socket, reader: frames.FrameReader) -> list[tuple[int, bytes]]:
+def _read_frames(sock: _socket.socket, reader: frames.FrameReader) -> list[tuple[int, bytes]]:
     """Blocking: the next frames that arrive (at least one)."""
     while True:
         data = sock.recv(RECEIVE_SIZE)
@@ -167,7 +167,7 @@ def dial_all(host: str, port: int, secret: bytes, timeout: float, count: int) ->
     """count connections to one listener, each proven both ways as dial's, their
     handshakes in step: the listener answers them together, not one after the other.
     Nothing is said on any until the listener has proven itself on it."""
-    socks: list[socket.socket] = []
+    socks: list[_socket.socket] = []
     with ClosedOnFailure(socks, f"handshake with {host} port {port} failed"):
         for _ in range(count):
             socks.append(tcp.dial(host, port, timeout))
@@ -199,7 +199,7 @@ class ClosedOnFailure:
     the list on the way too), and an error of the wire becomes a ChannelError that
     says what failed."""
 
-    def __init__(self, connections: list[socket.socket] | list[Peer], what: str) -> None:
+    def __init__(self, connections: list[_socket.socket] | list[Peer], what: str) -> None:
         self.connections = connections
         self.what = what
 

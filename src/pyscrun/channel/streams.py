@@ -10,19 +10,19 @@ either process's memory.
 
 from __future__ import annotations
 
+import _socket
 import os
 import select
-import selectors
-import socket
 import time
-from collections.abc import Callable
 
+from pyscrun import poller
 from pyscrun.channel import peer
 from pyscrun.errors import ChannelError
+from pyscrun.threads import Flag, Thread
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    import threading
+    from collections.abc import Callable
 
 # What one splice moves at most: a widened pipe's whole buffer.
 CHUNK = 1 << 20
@@ -40,13 +40,13 @@ TAKEN = "stream-ok"
 
 
 def dial(host: str, port: int, secret: bytes, timeout: float, task: str, kind: int,
-         ) -> socket.socket:
+         ) -> _socket.socket:
     """A connection for stream kind (frames.STDOUT or STDERR) of task, ready for its
     raw bytes (non-blocking)."""
     return claim({kind: peer.dial(host, port, secret, timeout)}, task, timeout)[kind]
 
 
-def claim(links: dict[int, peer.Peer], task: str, timeout: float) -> dict[int, socket.socket]:
+def claim(links: dict[int, peer.Peer], task: str, timeout: float) -> dict[int, _socket.socket]:
     """Each proven connection named as task's stream of its kind, all named before any
     answer is awaited; once the anchor took them, their sockets, ready for raw bytes
     (non-blocking). Each is closed if any fails."""
@@ -63,8 +63,8 @@ def claim(links: dict[int, peer.Peer], task: str, timeout: float) -> dict[int, s
 def _await_taken(link: peer.Peer, kind: int, deadline: float) -> None:
     """Raw bytes may follow only once the anchor no longer reads frames on it."""
     got = link.receive() if link.early else []
-    with selectors.DefaultSelector() as selector:
-        selector.register(link.sock, selectors.EVENT_READ)
+    with poller.Poller() as selector:
+        selector.register(link.sock, poller.READ)
         while not got:
             left = deadline - time.monotonic()
             if left <= 0 or not selector.select(left):
@@ -96,17 +96,13 @@ class Mover:
     what it can (False at the stream's end), until the stream ends or the thread is
     told to stop (looked at every WAIT s). sock is the stream's connection."""
 
-    def __init__(self, source: int, sock: socket.socket,
-                 step: Callable[[threading.Event], bool],
+    def __init__(self, source: int, sock: _socket.socket,
+                 step: Callable[[Flag], bool],
                  on_end: Callable[[], None] = lambda: None) -> None:
-        # Loaded with the first stream: the anchor, which imports this module before it
-        # launches the step, needs no thread until an agent's stream arrives.
-        import threading
-
         self.source, self.sock, self.step, self.on_end = source, sock, step, on_end
         self.ended = False
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.stop = Flag()
+        self.thread = Thread(self._run)
 
     def _run(self) -> None:
         poller = select.poll()
@@ -130,7 +126,7 @@ class Mover:
         if self.thread.is_alive():
             self.stop.set()
             try:
-                self.sock.shutdown(socket.SHUT_RDWR)
+                self.sock.shutdown(_socket.SHUT_RDWR)
             except OSError:
                 pass  # already gone
             self.thread.join(WAIT * 2)

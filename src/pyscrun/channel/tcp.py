@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import _socket
 import errno
-import socket
 
 from pyscrun.errors import ChannelError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import socket
 
 # Connections not yet proven (or idle agents) an anchor takes at once: enough for
 # every task of a big container, few enough that nobody can exhaust its descriptors.
@@ -25,6 +29,11 @@ def parse_port_range(text: str, where: str) -> tuple[int, int]:
 
 
 def _bound(port: int, loopback_only: bool) -> socket.socket:
+    # The socket module's sockets, which accept() connections as sockets too: the
+    # listening side is the anchor's, the dialing side the node agent's (_socket alone,
+    # without the socket module's enums at its start).
+    import socket
+
     if loopback_only:
         server = socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         try:
@@ -71,7 +80,7 @@ def listen(port_range: tuple[int, int] | None, loopback_only: bool = False) -> s
     raise ChannelError(f"no free port in {port_range[0]}-{port_range[1]} to listen on")
 
 
-def port_of(server: socket.socket) -> int:
+def port_of(server: _socket.socket) -> int:
     return int(server.getsockname()[1])
 
 
@@ -81,14 +90,28 @@ def launch_host(env: dict[str, str]) -> str:
     return env.get("SLURM_SRUN_COMM_HOST") or env.get("SLURM_LAUNCH_NODE_IPADDR") or ""
 
 
-def dial(host: str, port: int, timeout: float) -> socket.socket:
+def dial(host: str, port: int, timeout: float) -> _socket.socket:
+    """A connection to host's port, trying each of its addresses in turn (as the socket
+    module's create_connection, which the agent does without)."""
     # An ASCII name as bytes: getaddrinfo encodes a str with the idna codec, whose import
     # (with re and unicodedata) would cost the node agent 2 ms before its first dial.
     name: str | bytes = host.encode() if host.isascii() else host
+    failure: OSError | None = None
     try:
-        # (typeshed allows a str alone; CPython's getaddrinfo takes bytes.)
-        conn = socket.create_connection((name, port), timeout=timeout)  # type: ignore[arg-type]
+        addresses = _socket.getaddrinfo(name, port, 0, _socket.SOCK_STREAM)
     except OSError as err:
-        raise ChannelError(f"cannot reach {host} port {port}: {err.strerror or err}") from None
-    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return conn
+        failure = err
+        addresses = []
+    for family, kind, proto, _, address in addresses:
+        conn = _socket.socket(family, kind, proto)
+        try:
+            conn.settimeout(timeout)
+            conn.connect(address)
+        except OSError as err:
+            conn.close()
+            failure = err
+            continue
+        conn.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
+        return conn
+    why = (failure.strerror or str(failure)) if failure is not None else "no address"
+    raise ChannelError(f"cannot reach {host} port {port}: {why}")

@@ -9,14 +9,12 @@ container's stdio over it when the anchor asks for that.
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]
 import gc
 import os
-import selectors
-import signal
 import time
-from collections.abc import Callable
 
-from pyscrun import log, selfpipe
+from pyscrun import log, poller, selfpipe
 from pyscrun.channel import frames, peer, streams, tcp
 from pyscrun.child import Child
 from pyscrun.conf.ociconf import OciConf
@@ -32,8 +30,12 @@ from pyscrun.node.stdio import ContainerStdio
 from pyscrun.node.task import Task, TaskIdentity
 from pyscrun.watch import watch
 
-_FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
-                      signal.SIGUSR1, signal.SIGUSR2, signal.SIGCONT)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+_FORWARDED_SIGNALS = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP, _signal.SIGQUIT,
+                      _signal.SIGUSR1, _signal.SIGUSR2, _signal.SIGCONT)
 DIAL_TIMEOUT = 10.0
 # How long the agent sends what is left of the container's output once it ended (a
 # process of the container may still hold its stdout), and then its status.
@@ -50,7 +52,7 @@ class Agent(ContainerModes):
         self.env = env
         self.sealing = sealing  # copies of the runtime's program being made
         self.conf = conf
-        self.selector = selectors.DefaultSelector()
+        self.selector = poller.Poller()
         self.control: peer.Peer | None = None
         self.stdio: ContainerStdio | None = None
         self.task_dir: str | None = None
@@ -113,16 +115,16 @@ class Agent(ContainerModes):
         container's stdin is full, writing while frames wait to be sent."""
         if self.control is None:
             return
-        events = 0 if self.stdio is not None and self.stdio.stdin_full() else selectors.EVENT_READ
+        events = 0 if self.stdio is not None and self.stdio.stdin_full() else poller.READ
         if self.control.pending:
-            events |= selectors.EVENT_WRITE
+            events |= poller.WRITE
         watch(self.selector, self.control.sock, events, "control")
 
     def _on_control(self, events: int) -> None:
         assert self.control is not None
-        if events & selectors.EVENT_WRITE:
+        if events & poller.WRITE:
             self.control.flush()
-        if not events & selectors.EVENT_READ:
+        if not events & poller.READ:
             return
         try:
             received = self.control.receive()
@@ -132,7 +134,7 @@ class Agent(ContainerModes):
             self.selector.unregister(self.control.sock)
             self.control.close()
             self.control = None
-            self.deliver(signal.SIGKILL)
+            self.deliver(_signal.SIGKILL)
             return
         self._handle(received)
 
@@ -145,7 +147,7 @@ class Agent(ContainerModes):
     def deliver(self, signum: int, every: bool = False) -> None:
         """Send signum to the container's init (every: to each of its processes), or
         keep it until the init exists."""
-        if signum == signal.SIGKILL and self.paused and self.commands is not None:
+        if signum == _signal.SIGKILL and self.paused and self.commands is not None:
             # A frozen process takes SIGKILL only once thawed.
             self.commands.run("RunTimeResume")
             self.paused = False
@@ -164,7 +166,7 @@ class Agent(ContainerModes):
                     os.kill(target, signum)
                 except ProcessLookupError:
                     pass
-            if signum == signal.SIGKILL and self.killed_at is None:
+            if signum == _signal.SIGKILL and self.killed_at is None:
                 self.killed_at = time.monotonic()
         self.pending_signals.clear()
 
@@ -180,7 +182,7 @@ class Agent(ContainerModes):
         log.current.error("the runtime did not end with its container: killing it")
         self.killed_at = None
         try:
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, _signal.SIGKILL)
         except ProcessLookupError:
             pass
         return None
@@ -228,7 +230,7 @@ class Agent(ContainerModes):
     def wait_for(self, pid: int) -> int:
         """Serve the control channel and signals until pid exits; its exit status."""
         pidfd = os.pidfd_open(pid)
-        self.selector.register(pidfd, selectors.EVENT_READ, "exit")
+        self.selector.register(pidfd, poller.READ, "exit")
         try:
             while True:
                 # A signal that arrived before the container existed is retried soon,
@@ -249,7 +251,7 @@ class Agent(ContainerModes):
             self.selector.unregister(pidfd)
             os.close(pidfd)
 
-    def _dispatch(self, key: selectors.SelectorKey, events: int) -> None:
+    def _dispatch(self, key: poller.Key, events: int) -> None:
         if key.data == "control":
             self._on_control(events)
         elif key.data == "signal":
@@ -281,7 +283,7 @@ class Agent(ContainerModes):
         """The signals waiting that would end the container. SIGCONT (Slurm's, before
         its SIGTERM, or on resuming a suspended job) would not end a process that ran:
         nothing to end before the start either."""
-        return [signum for signum, _ in self.pending_signals if signum != signal.SIGCONT]
+        return [signum for signum, _ in self.pending_signals if signum != _signal.SIGCONT]
 
     def _start_guard(self, task: Task) -> Callable[[RuntimeCommands], None]:
         def start(commands: RuntimeCommands) -> None:

@@ -7,13 +7,13 @@ stands for the options built here, each shell-quoted.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 
 from pyscrun.errors import RuntimeCommandError
 
 # typing costs milliseconds at every start of the CLI: for type checkers only.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from typing import Any
 
     from pyscrun.node.runtime import RuntimeCommands

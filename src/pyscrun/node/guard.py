@@ -22,8 +22,8 @@ or process group (proctrack/cgroup, pgid) kills it too.
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]
 import os
-import signal
 import time
 
 from pyscrun import linux, log
@@ -36,8 +36,8 @@ if TYPE_CHECKING:
 _DONE = b"done"
 # How long the guard waits for a runtime that is still creating the container.
 SETTLE_TIMEOUT = 60.0
-_OUTLIVED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
-                     signal.SIGUSR1, signal.SIGUSR2, signal.SIGPIPE)
+_OUTLIVED_SIGNALS = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP, _signal.SIGQUIT,
+                     _signal.SIGUSR1, _signal.SIGUSR2, _signal.SIGPIPE)
 
 
 class Guard:
@@ -92,11 +92,11 @@ class Guard:
 
 def _watch(fd: int, commands: RuntimeCommands, cleanup: Callable[[], None]) -> None:
     """The guard process: wait for the agent's end; clean up if it did not."""
-    signal.set_wakeup_fd(-1)
+    _signal.set_wakeup_fd(-1)
     for signum in _OUTLIVED_SIGNALS:
         # A handler, not SIG_IGN: an ignored signal would stay ignored in the
         # runtime commands the guard may have to run.
-        signal.signal(signum, _ignore)
+        _signal.signal(signum, _ignore)
     linux.keep_only({fd, *log.current.open_fds()})
     log.current.detach_stderr()
     said = b""

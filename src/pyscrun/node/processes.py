@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]
 import os
-import signal
 import time
 
 from pyscrun.oci.state import process_start_time, shell_status
@@ -73,7 +73,7 @@ def end_adopted(timeout: float = 5.0) -> None:
     while (left := descendants(os.getpid())) and time.monotonic() < deadline:
         for pid in left:
             try:
-                os.kill(pid, signal.SIGKILL)
+                os.kill(pid, _signal.SIGKILL)
             except ProcessLookupError:
                 pass
         for pid in children():

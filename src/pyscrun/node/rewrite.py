@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 
 # typing (and copy, re) cost each node agent milliseconds: for type checkers only.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import re
+    from collections.abc import Mapping
     from typing import Any
 
 

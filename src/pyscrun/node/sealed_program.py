@@ -19,10 +19,10 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
-import threading
 import time
 
 from pyscrun import fs, log
+from pyscrun.threads import Thread
 
 # Runtimes that copy themselves at each start unless run from a sealed memfd.
 SELF_COPYING = ("runc",)
@@ -81,7 +81,7 @@ class Sealing:
 
     def __init__(self, paths: list[str]) -> None:
         self.copies: dict[str, int] = {}
-        self.thread = threading.Thread(target=self._make, args=(paths,), daemon=True)
+        self.thread = Thread(self._make, (paths,))
         self.thread.start()
 
     def _make(self, paths: list[str]) -> None:

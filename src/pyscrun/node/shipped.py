@@ -7,12 +7,15 @@ reach the login host."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 
 from pyscrun import jsonc
 from pyscrun.channel import files, peer
 from pyscrun.errors import ChannelError, RuntimeCommandError
 from pyscrun.node.rootfs_changes import CHANGES_ARCHIVE, REMOVED_LIST, Baseline
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 ROOTFS_ARCHIVE = "rootfs.tar"  # how the rootfs arrives, unpacked as it does
 

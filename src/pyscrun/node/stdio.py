@@ -17,11 +17,11 @@ memory stays bounded.
 
 from __future__ import annotations
 
+import _socket
 import os
-import selectors
-import socket
 import time
 
+from pyscrun import poller
 from pyscrun.channel import frames, streams
 from pyscrun.watch import drain, watch, widen_pipe
 
@@ -32,7 +32,7 @@ HIGH_WATER = 1 << 20
 class ContainerStdio:
     STDIN_KEY = ("stdin", 0)
 
-    def __init__(self, with_stdin: bool, outputs: dict[int, socket.socket]) -> None:
+    def __init__(self, with_stdin: bool, outputs: dict[int, _socket.socket]) -> None:
         """outputs: the connection of each output stream (frames.STDOUT, STDERR)."""
         self.stdin_r, self.stdin_w = (os.pipe() if with_stdin
                                       else (os.open(os.devnull, os.O_RDONLY), -1))
@@ -45,7 +45,7 @@ class ContainerStdio:
             os.set_blocking(self.stdin_w, False)
         self.stdin_data = bytearray()
         self.stdin_ended = False
-        self.selector: selectors.BaseSelector | None = None
+        self.selector: poller.Poller | None = None
 
     def child_ends(self, runtime_copies: bool) -> tuple[int, int, int]:
         """The runtime's stdin, stdout and stderr. runtime_copies: the runtime copies the
@@ -75,7 +75,7 @@ class ContainerStdio:
         for pump in self.pumps:
             pump.thread.start()
 
-    def attach(self, selector: selectors.BaseSelector) -> None:
+    def attach(self, selector: poller.Poller) -> None:
         self.selector = selector
 
     # -- stdin -------------------------------------------------------------------------
@@ -95,7 +95,7 @@ class ContainerStdio:
         stdin_w = self.stdin_w
         drain(self.stdin_data, lambda data: os.write(stdin_w, data))
         if self.selector is not None:
-            watch(self.selector, self.stdin_w, selectors.EVENT_WRITE if self.stdin_data else 0,
+            watch(self.selector, self.stdin_w, poller.WRITE if self.stdin_data else 0,
                   self.STDIN_KEY)
         if self.stdin_ended and not self.stdin_data:
             os.close(self.stdin_w)
@@ -127,7 +127,7 @@ class ContainerStdio:
         self.pumps.clear()
 
 
-def _pump(pipe: int, sock: socket.socket) -> streams.Mover:
+def _pump(pipe: int, sock: _socket.socket) -> streams.Mover:
     """One output pipe spliced into its connection, in a thread, until the pipe's end."""
     # Blocking: a full socket holds the pump, and so the container.
     sock.setblocking(True)

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
+import _socket
 import os
-import socket
-from collections.abc import Callable
 
 from pyscrun import identity, jsonc
 from pyscrun.conf import patterns
@@ -14,6 +13,10 @@ from pyscrun.fs import remove_tree
 from pyscrun.node import rewrite
 from pyscrun.node.runtime import RuntimeCommands
 from pyscrun.oci import bundle as oci_bundle
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 
 class TaskIdentity:
@@ -32,7 +35,7 @@ class TaskIdentity:
         self.job_id = env["PYSCRUN_AGENT_JOB_ID"]
         self.step_id = env.get("SLURM_STEP_ID") or env.get("PYSCRUN_AGENT_STEP_ID", "0")
         self.task_id = env.get("SLURM_PROCID") or "0"
-        self.node = env.get("SLURMD_NODENAME") or socket.gethostname()
+        self.node = env.get("SLURMD_NODENAME") or _socket.gethostname()
 
 
 EXEC_RECORD = "exec.json"
@@ -63,7 +66,7 @@ def settle_runtime_dir(env: dict[str, str]) -> None:
         pass
     if not identity.private_dir(fallback):
         raise ScrunError(f"{fallback} is in the way of the user's runtime dir on "
-                         f"{socket.gethostname()}: it must be a directory of the user's, "
+                         f"{_socket.gethostname()}: it must be a directory of the user's, "
                          "mode 0700")
     env["XDG_RUNTIME_DIR"] = os.environ["XDG_RUNTIME_DIR"] = fallback
 

@@ -15,14 +15,13 @@ of the step, so the task gets each signal directly, exactly once, as without sru
 from __future__ import annotations
 
 import os
-import selectors
 import signal
 import socket
 import sys
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from pyscrun import linux, log, messages
+from pyscrun import linux, log, messages, poller
 from pyscrun.channel import peer, tcp
 from pyscrun.errors import ChannelError, CheckpointError, ScrunError, UsageError
 from pyscrun.srun_cr import criu, images, registry, signals
@@ -186,14 +185,14 @@ class Launcher:
         """Serve srun_cr's orders until the task ends; its wait status."""
         assert self.task is not None
         pidfd = os.pidfd_open(self.task.pid)
-        selector = selectors.DefaultSelector()
-        selector.register(pidfd, selectors.EVENT_READ, "init")
+        selector = poller.Poller()
+        selector.register(pidfd, poller.READ, "init")
         # The init reports the task's status just before it exits: acting on that report
         # at once lets slurmstepd see the task end as soon as without srun_cr (srun's
         # abort after a Ctrl-C races with the tasks' exits).
-        selector.register(self.task.status_fd, selectors.EVENT_READ, "status")
+        selector.register(self.task.status_fd, poller.READ, "status")
         if self.conn is not None:
-            selector.register(self.conn.sock, selectors.EVENT_READ, "conn")
+            selector.register(self.conn.sock, poller.READ, "conn")
         while True:
             for key, _ in selector.select():
                 if key.data == "status":

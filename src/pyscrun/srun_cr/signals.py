@@ -15,10 +15,10 @@ import resource
 import signal
 import struct
 import sys
-import threading
 from typing import NoReturn
 
 from pyscrun.errors import UsageError
+from pyscrun.threads import Thread
 
 SI_KERNEL = 0x80
 _RECORD = struct.Struct("iii")
@@ -66,7 +66,7 @@ class Relay:
         signal.pthread_sigmask(signal.SIG_BLOCK, self.signals)
 
     def start(self) -> None:
-        threading.Thread(target=self._wait, name="signals", daemon=True).start()
+        Thread(self._wait).start()
 
     def _wait(self) -> None:
         while True:

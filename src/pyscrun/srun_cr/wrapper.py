@@ -12,7 +12,6 @@ status mimicked.
 from __future__ import annotations
 
 import os
-import selectors
 import shutil
 import signal
 import socket
@@ -20,7 +19,7 @@ import sys
 import time
 from typing import Any, NoReturn
 
-from pyscrun import identity, linux, log, messages
+from pyscrun import identity, linux, log, messages, poller
 from pyscrun.anchor.control import Connection, ControlSocket
 from pyscrun.channel import frames, peer, tcp
 from pyscrun.conf import site
@@ -116,7 +115,7 @@ class Wrapper:
         self.socket_path = ""
         self.link: str | None = None
         self.coordinator = Coordinator(plan.command, os.getcwd(), environ, self._registered)
-        self.selector = selectors.DefaultSelector()
+        self.selector = poller.Poller()
         self.srun_pid = 0
         self.criu = ""
         self.secret = os.urandom(32)
@@ -182,9 +181,9 @@ class Wrapper:
     def _serve(self, control: ControlSocket, launchers: socket.socket,
                relay: signals.Relay) -> int:
         pidfd = os.pidfd_open(self.srun_pid)
-        self.selector.register(launchers, selectors.EVENT_READ, "launchers")
-        self.selector.register(relay.read_fd, selectors.EVENT_READ, "signals")
-        self.selector.register(pidfd, selectors.EVENT_READ, "srun")
+        self.selector.register(launchers, poller.READ, "launchers")
+        self.selector.register(relay.read_fd, poller.READ, "signals")
+        self.selector.register(pidfd, poller.READ, "srun")
         try:
             while True:
                 deadlines = [d for d in (self.coordinator.next_deadline(), *control.deadlines(),
@@ -220,7 +219,7 @@ class Wrapper:
         conn.link.sock.setblocking(True)
         conn.link.sock.settimeout(SEND_TIMEOUT)
         self.strangers.append(conn)
-        self.selector.register(sock, selectors.EVENT_READ, conn)
+        self.selector.register(sock, poller.READ, conn)
 
     def _close_launcher(self, conn: _Launcher, why: str) -> None:
         if why:
