@@ -173,7 +173,7 @@ def agent_pids(runtime: Runtime) -> list[int]:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if argv[1:3] == agent_words and _environ_mentions(entry.name, (needle,)):
+        if argv[1:1 + len(agent_words)] == agent_words and _environ_mentions(entry.name, (needle,)):
             found.append(int(entry.name))
     return [pid for pid in found if _comm(_parent(pid)) == "slurmstepd"]
 

@@ -24,6 +24,7 @@ from pyscrun.anchor.control import Connection, ControlSocket
 from pyscrun.channel import frames, peer, tcp
 from pyscrun.conf import site
 from pyscrun.errors import BackendError, CheckpointError, UsageError
+from pyscrun.node import ISOLATED
 from pyscrun.srun_cr import criu, images, registry, signals
 from pyscrun.srun_cr.coordinator import Coordinator, Request
 from pyscrun.srun_cr.srunopts import SrunLine
@@ -45,6 +46,13 @@ def _srun(environ: dict[str, str]) -> str:
 def exec_srun(argv: list[str], environ: dict[str, str]) -> NoReturn:
     """Become srun with this line: it prints its help, or fails as srun fails."""
     os.execve(_srun(environ), ["srun", *argv], environ)
+
+
+def launcher_command() -> list[str]:
+    """How the step starts the launcher on each node: isolated, as the node agent
+    (node.ISOLATED), since the user's PYTHONPATH is for the program the launcher runs,
+    which gets the environment unchanged."""
+    return [sys.executable, ISOLATED, "-m", LAUNCHER_MODULE]
 
 
 class Plan:
@@ -76,7 +84,7 @@ class Plan:
             raise UsageError("srun_cr does not support heterogeneous steps (':' in the command line)")
 
     def argv(self, port: int, criu_path: str) -> list[str]:
-        launcher = [sys.executable, "-m", LAUNCHER_MODULE, "--port", str(port),
+        launcher = [*launcher_command(), "--port", str(port),
                     "--criu", criu_path]
         if self.checkpoint is not None:
             launcher += ["--restart", self.checkpoint.path]

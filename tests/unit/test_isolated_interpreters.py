@@ -1,0 +1,53 @@
+"""The node side's interpreters (the agent, `scrun exec`'s node side, srun_cr's launcher)
+start isolated: srun carries the user's environment to them, and a PYTHONPATH set
+there (an environment module's, say) or a PYTHONHOME must not reach them."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from pyscrun import node
+from pyscrun.srun_cr.wrapper import launcher_command
+
+
+def _hostile_env(tmp_path: Path) -> dict[str, str]:
+    shadow = tmp_path / "shadow"
+    shadow.mkdir()
+    # Modules the node side imports, shadowed as a user's path could.
+    for name in ("select", "pyscrun"):
+        (shadow / f"{name}.py").write_text("raise ImportError('the PYTHONPATH was used')\n")
+    return {**os.environ, "PYTHONPATH": str(shadow), "PYTHONHOME": str(tmp_path / "nowhere")}
+
+
+def _probe(interpreter: list[str], tmp_path: Path) -> tuple[str, dict[str, str]]:
+    """interpreter (a command's own interpreter and flags) importing what the node side
+    imports, in the hostile environment: what it printed."""
+    env = _hostile_env(tmp_path)
+    code = ("import os, select, pyscrun.node.entry, pyscrun.node.exec_into, "
+            "pyscrun.srun_cr.launcher; print(select.__name__, os.environ['PYTHONPATH'])")
+    result = subprocess.run([*interpreter, "-c", code], env=env, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip(), env
+
+
+@pytest.mark.parametrize("command", [node.agent_command, node.exec_into_command])
+def test_the_agent_and_exec_ignore_the_users_python_environment(
+        tmp_path: Path, command: Callable[[], list[str]]) -> None:
+    argv = command()
+    assert argv[-2] == "-c"
+    said, env = _probe(argv[:-2], tmp_path)
+    assert said == f"select {env['PYTHONPATH']}"
+
+
+def test_srun_crs_launcher_ignores_it_and_leaves_it_to_its_program(tmp_path: Path) -> None:
+    argv = launcher_command()
+    assert argv[-2] == "-m"
+    said, env = _probe(argv[:-2], tmp_path)
+    # The program the launcher runs gets the environment as the user set it.
+    assert said == f"select {env['PYTHONPATH']}"
