@@ -105,11 +105,11 @@ class Mover:
         self.thread = Thread(self._run)
 
     def _run(self) -> None:
-        poller = select.poll()
-        poller.register(self.source, select.POLLIN)
+        source = select.poll()
+        source.register(self.source, select.POLLIN)
         try:
             while not self.stop.is_set():
-                if poller.poll(WAIT * 1000):
+                if source.poll(WAIT * 1000):
                     if not self.step(self.stop):
                         break
                     time.sleep(GATHER)
