@@ -89,4 +89,4 @@ class CheckpointRound(Answers):
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         write_atomic(os.path.join(str(self.order["image_path"]), MANIFEST),
-                     jsonc.dumps(manifest).encode(), 0o644)
+                     jsonc.dumps(manifest).encode(), 0o644, durable=True)
