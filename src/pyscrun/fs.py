@@ -1,6 +1,7 @@
 """File system helpers for the processes that start often (the CLI, the anchor, the
 node agent): what they would take from shutil, without the milliseconds importing it
-costs (it brings fnmatch, re, bz2 and lzma along)."""
+costs (it brings fnmatch, re, bz2 and lzma along), and the atomic write of every state,
+pid and manifest file."""
 
 from __future__ import annotations
 
@@ -75,3 +76,28 @@ def which(program: str, path: str | None) -> str | None:
 
 def _executable(candidate: str) -> bool:
     return os.access(candidate, os.X_OK) and not os.path.isdir(candidate)
+
+
+def write_atomic(path: str, data: bytes, mode: int = 0o600, durable: bool = False) -> None:
+    """Write via a temporary file and rename, so readers see old or new, never half.
+
+    durable: on disk before the rename, for what must outlive the machine (a checkpoint's
+    manifest). Runtime state (state.json, pid files) is not: it lives under /run as
+    runc's does, and means nothing after a reboot; syncing it cost each container's
+    start a journal commit per write (0.2 to 1 ms each on an idle ext4 root, on the
+    way to podman)."""
+    directory, name = os.path.split(path)
+    tmp = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        if durable:
+            os.fsync(fd)
+    except OSError:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    os.close(fd)
+    os.replace(tmp, path)

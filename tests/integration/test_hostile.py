@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from pyscrun.anchor.store import write_atomic
+from pyscrun.fs import write_atomic
 from tests.integration.harness import (
     IMAGE,
     SCRUN,

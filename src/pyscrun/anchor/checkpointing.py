@@ -12,10 +12,9 @@ import os
 import time
 
 from pyscrun import jsonc
-from pyscrun.anchor.store import write_atomic
 from pyscrun.anchor.task_orders import Answers
 from pyscrun.channel.files import TreeReceiver
-from pyscrun.fs import remove_tree
+from pyscrun.fs import remove_tree, write_atomic
 from pyscrun.node.criu import MANIFEST, PROBE, task_image_dir, task_work_dir
 
 # typing costs milliseconds at every start of the CLI: for type checkers only.

@@ -22,11 +22,11 @@ from pyscrun.anchor.ending import DRAIN_TIMEOUT, Ending, wait_status
 from pyscrun.anchor.spawn import TERMINATING_SIGNALS, CreateRequest, write_all
 from pyscrun.anchor.staging import Staging
 from pyscrun.anchor.stdio import HIGH_WATER, CallerStdio
-from pyscrun.anchor.store import write_atomic
 from pyscrun.anchor.task_orders import TaskOrder
 from pyscrun.backends.base import Allocation, Step
 from pyscrun.channel import frames
 from pyscrun.errors import ScrunError
+from pyscrun.fs import write_atomic
 from pyscrun.node.criu import PROBE
 from pyscrun.oci.state import (
     CREATED,

@@ -6,7 +6,7 @@ import os
 
 from pyscrun import jsonc
 from pyscrun.errors import ContainerExists, ContainerNotFound, ScrunError, UsageError
-from pyscrun.fs import remove_tree
+from pyscrun.fs import remove_tree, write_atomic
 from pyscrun.oci.state import ContainerState
 
 MAX_ID_LENGTH = 1024
@@ -49,31 +49,6 @@ def validate_id(container_id: str) -> str:
             f"invalid container id {container_id!r}: use letters, digits and _ + . - only"
         )
     return container_id
-
-
-def write_atomic(path: str, data: bytes, mode: int = 0o600, durable: bool = False) -> None:
-    """Write via a temporary file and rename, so readers see old or new, never half.
-
-    durable: on disk before the rename, for what must outlive the machine (a checkpoint's
-    manifest). Runtime state (state.json, pid files) is not: it lives under /run as
-    runc's does, and means nothing after a reboot; syncing it cost each container's
-    start a journal commit per write (0.2 to 1 ms each on an idle ext4 root, on the
-    way to podman)."""
-    directory, name = os.path.split(path)
-    tmp = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        if durable:
-            os.fsync(fd)
-    except OSError:
-        os.close(fd)
-        os.unlink(tmp)
-        raise
-    os.close(fd)
-    os.replace(tmp, path)
 
 
 class Store:

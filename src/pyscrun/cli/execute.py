@@ -39,8 +39,8 @@ _SRUN_PREFIX = b"srun: error: "
 
 def execute(ctx: Context) -> int:
     from pyscrun import backends
-    from pyscrun.anchor.store import write_atomic
     from pyscrun.conf import site
+    from pyscrun.fs import write_atomic
 
     state = ctx.store.load(ctx.container_id)
     command = ctx.options.get("command")

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyscrun.errors import CheckpointError
+from pyscrun.fs import write_atomic
 
 MANIFEST = "manifest.json"
 TASK_META = "task.json"
@@ -38,13 +39,9 @@ def default_dir(environ: dict[str, str], cwd: str, job: str, step: str) -> str:
 
 
 def write_json(path: str, data: dict[str, Any]) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as file:
-        json.dump(data, file, indent=1)
-        file.write("\n")
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(tmp, path)
+    """A manifest, whole or not at all, on disk before it is in place (0o666 as
+    open() makes a file, less the umask)."""
+    write_atomic(path, (json.dumps(data, indent=1) + "\n").encode(), 0o666, durable=True)
 
 
 def read_json(path: str) -> dict[str, Any]:
