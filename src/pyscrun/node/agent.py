@@ -19,15 +19,14 @@ from pyscrun.channel import frames, peer, streams, tcp
 from pyscrun.child import Child
 from pyscrun.conf.ociconf import OciConf
 from pyscrun.errors import ScrunError
-from pyscrun.node import processes, sealed_program, shipped
+from pyscrun.node import processes, sealed_program
 from pyscrun.node.early import CREATING
 from pyscrun.node.guard import Guard
 from pyscrun.node.modes import ContainerModes
-from pyscrun.node.rootfs_changes import Baseline
 from pyscrun.node.runtime import RuntimeCommands, delete_ended
 from pyscrun.node.sealed_program import Sealing
 from pyscrun.node.stdio import ContainerStdio
-from pyscrun.node.task import Task, TaskIdentity
+from pyscrun.node.task import Task, TaskIdentity, bundle_shipped
 from pyscrun.watch import watch
 
 TYPE_CHECKING = False
@@ -309,7 +308,11 @@ class Agent(ContainerModes):
         self.connect()
         try:
             baseline = None
-            if shipped.wanted(self.env):
+            if bundle_shipped(self.env):
+                # Loaded when a bundle comes, off the way of every other container.
+                from pyscrun.node import shipped
+                from pyscrun.node.rootfs_changes import Baseline
+
                 task.source = shipped.fetch(self.control, task.shipped_dir, self._handle)
                 if self.ident.task_id == "0":
                     baseline = Baseline(os.path.join(task.shipped_dir, "rootfs"))
@@ -333,6 +336,8 @@ class Agent(ContainerModes):
             if status is None:
                 status = self._run_container(commands, task.own_pid_namespace, task.terminal)
             if baseline is not None:
+                from pyscrun.node import shipped
+
                 try:
                     shipped.send_back(self.control, task.shipped_dir, baseline)
                 except (ScrunError, OSError) as err:

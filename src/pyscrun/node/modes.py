@@ -14,7 +14,7 @@ import time
 from pyscrun import jsonc
 from pyscrun.child import Child
 from pyscrun.errors import RuntimeCommandError
-from pyscrun.node import criu, images, processes
+from pyscrun.node import processes
 from pyscrun.node.guard import Guard
 from pyscrun.node.orders import AgentOrders
 from pyscrun.node.runtime import RuntimeCommands, delete_ended, stop_and_delete
@@ -119,6 +119,8 @@ class ContainerModes(AgentOrders):
 
     def restore_mode(self, commands: RuntimeCommands, order: dict[str, Any]) -> int:
         """Restore the task's container from its images, in the foreground like run."""
+        from pyscrun.node import criu, images  # a restore's only, off every run's way
+
         assert self.task_dir is not None
         if not criu.images_here(order):
             order = images.fetch(self.control, order, self.ident.task_id, self.task_dir,

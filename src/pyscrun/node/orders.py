@@ -9,7 +9,7 @@ from pyscrun import jsonc, log, messages
 from pyscrun.channel import frames, peer
 from pyscrun.conf.ociconf import OciConf
 from pyscrun.errors import RuntimeCommandError, ScrunError
-from pyscrun.node import images, processes
+from pyscrun.node import processes
 from pyscrun.node.runtime import RuntimeCommands
 from pyscrun.node.stdio import ContainerStdio
 from pyscrun.node.task import TaskIdentity
@@ -79,6 +79,8 @@ class AgentOrders:
                 log.current.error(f"ignored an order from the anchor: {err}")
 
     def _checkpoint(self, order: dict[str, Any]) -> None:
+        from pyscrun.node import images  # a checkpoint's only, off the way to the start
+
         error = None
         try:
             if self.commands is None or self.task_dir is None:

@@ -20,16 +20,6 @@ if TYPE_CHECKING:
 ROOTFS_ARCHIVE = "rootfs.tar"  # how the rootfs arrives, unpacked as it does
 
 
-def wanted(env: dict[str, str]) -> bool:
-    """The anchor ships the bundle to every node (its rootfs is a mount of the login
-    host's), or left a probe in the bundle dir that this node does not see."""
-    if env.get("PYSCRUN_AGENT_BUNDLE_SHIP") == "always":
-        return True
-    probe = env.get("PYSCRUN_AGENT_BUNDLE_PROBE", "")
-    return bool(probe) and not os.path.exists(
-        os.path.join(env.get("PYSCRUN_AGENT_BUNDLE", ""), probe))
-
-
 def fetch(control: peer.Peer | None, into: str,
           other: Callable[[list[tuple[int, bytes]]], None]) -> str:
     if control is None:

@@ -76,6 +76,17 @@ def _job_env(env: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in env.items() if k.startswith("SLURM")}
 
 
+def bundle_shipped(env: dict[str, str]) -> bool:
+    """Whether the bundle comes from the anchor (node/shipped.py): it ships it to every
+    node (its rootfs is a mount of the login host's), or left a probe in the bundle dir
+    that this node does not see."""
+    if env.get("PYSCRUN_AGENT_BUNDLE_SHIP") == "always":
+        return True
+    probe = env.get("PYSCRUN_AGENT_BUNDLE_PROBE", "")
+    return bool(probe) and not os.path.exists(
+        os.path.join(env.get("PYSCRUN_AGENT_BUNDLE", ""), probe))
+
+
 class Task:
     """One task's directory, rewritten config and runtime commands."""
 
