@@ -110,3 +110,6 @@ def test_the_node_agent_starts_without_selectors_socket_threading_or_enum() -> N
          "pyscrun.node.entry; print(' '.join(sorted(sys.modules)))"],
         capture_output=True, text=True, check=True).stdout.split()
     assert not {"selectors", "socket", "threading", "enum", "signal", "collections"} & set(loaded)
+    # Nor ctypes (linux.py uses _ctypes), nor what a shipped bundle or a checkpoint needs.
+    assert not {"ctypes", "pyscrun.node.shipped", "pyscrun.channel.files",
+                "pyscrun.node.images", "pyscrun.node.criu"} & set(loaded)
