@@ -7,7 +7,6 @@ import select
 import time
 
 from pyscrun import log
-from pyscrun.anchor import protocol
 from pyscrun.anchor.store import Store
 from pyscrun.cli.main import Context
 from pyscrun.errors import AnchorError, ContainerNotFound, InvalidState, ScrunError, UsageError
@@ -93,6 +92,10 @@ def create(ctx: Context) -> int:
 
 def _ask(store: Store, state: ContainerState, message: dict[str, object]) -> dict[str, Any]:
     """The anchor's reply to message; InvalidState with its words if it refused."""
+    # Loaded when an anchor is asked: deleting a container that ended (podman's way
+    # after every run) asks none.
+    from pyscrun.anchor import protocol
+
     reply = protocol.request(store.socket_path(state.id), message)
     if not reply.get("ok"):
         raise InvalidState(str(reply.get("error", "the anchor refused")))
