@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pyscrun import sockets
 from pyscrun.channel import auth, files, frames, peer, tcp
 from pyscrun.errors import ChannelError
 
@@ -90,7 +91,7 @@ class Listener:
         self.thread.start()
 
     def _serve(self) -> None:
-        sock, _ = self.server.accept()
+        sock = sockets.accept(self.server)
         link = peer.Peer.accepted(sock, self.secret)
         sock.setblocking(True)
         sock.settimeout(5)
@@ -127,7 +128,7 @@ def test_a_listener_without_the_secret_cannot_pass_for_the_anchor() -> None:
     server = tcp.listen(None, loopback_only=True)
 
     def impostor() -> None:
-        sock, _ = server.accept()
+        sock = sockets.accept(server)
         sock.sendall(frames.frame(frames.CHALLENGE, auth.challenge()))
         sock.recv(1024)
         sock.sendall(frames.frame(frames.RESPONSE, b"\0" * 32))
@@ -152,7 +153,7 @@ class TogetherListener:
         self.thread.start()
 
     def _serve(self, count: int) -> None:
-        links = [peer.Peer.accepted(self.server.accept()[0], SECRET) for _ in range(count)]
+        links = [peer.Peer.accepted(sockets.accept(self.server), SECRET) for _ in range(count)]
         for link in links:
             link.sock.setblocking(True)
             link.sock.settimeout(5)
@@ -392,7 +393,7 @@ def _last_report_after_unread_orders(hang_up: bool) -> list[dict[str, object]] |
     listener.bind(("127.0.0.1", 0))
     listener.listen()
     agent_sock = socket.create_connection(listener.getsockname()[:2])
-    anchor_sock, _ = listener.accept()
+    anchor_sock = sockets.accept(listener)
     listener.close()
     anchor_sock.sendall(frames.message({"op": "report-running"}))
     got: list[list[dict[str, object]] | str] = []
@@ -439,7 +440,7 @@ def test_an_anchor_is_dialed_by_address_or_by_name(host: str) -> None:
     server = tcp.listen(None, loopback_only=True)
     try:
         conn = tcp.dial(host, tcp.port_of(server), 5)
-        accepted, _ = server.accept()
+        accepted = sockets.accept(server)
         conn.sendall(b"hi")
         assert accepted.recv(2) == b"hi"
         conn.close()

@@ -9,6 +9,7 @@ import selectors
 import threading
 import time
 
+from pyscrun import sockets
 from pyscrun.anchor.stdio import Sink, stream_into
 from pyscrun.channel import frames, peer, streams, tcp
 from pyscrun.node.stdio import ContainerStdio
@@ -42,7 +43,7 @@ class AnchorSide:
     def _serve(self) -> None:
         taken = []
         for _ in self.pipes:
-            sock, _ = self.server.accept()
+            sock = sockets.accept(self.server)
             link = peer.Peer.accepted(sock, SECRET)
             got: list[tuple[int, bytes]] = []
             with selectors.DefaultSelector() as selector:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 
-from pyscrun import log, messages, poller
+from pyscrun import log, messages, poller, sockets
 from pyscrun.anchor.agents import AgentLink, Agents
 from pyscrun.channel import frames, streams, tcp
 from pyscrun.channel.peer import Peer, PeerGone
@@ -74,7 +74,7 @@ class AgentPort:
 
     def _accept(self) -> None:
         try:
-            sock, _ = self.listener.accept()
+            sock = sockets.accept(self.listener)
         except OSError:
             return
         if len(self.strangers) >= MAX_STRANGERS:

@@ -9,7 +9,6 @@ take the anchor's descriptors or its loop.
 from __future__ import annotations
 
 import os
-import socket
 import time
 
 from pyscrun import log, messages, poller
@@ -19,6 +18,7 @@ from pyscrun.watch import watch
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import _socket
     from collections.abc import Callable
     from typing import Any
 
@@ -31,7 +31,7 @@ CLIENT_IDLE = 30.0
 class Connection:
     """One accepted connection on the control socket: a CLI request."""
 
-    def __init__(self, conn: socket.socket, now: float) -> None:
+    def __init__(self, conn: _socket.socket, now: float) -> None:
         self.conn = conn
         self.reader = protocol.LineReader()
         self.active = now  # when it last sent a request

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import _signal  # type: ignore[import-not-found]
 import os
-import socket
 import time
 
 from pyscrun import backends, identity, log, poller, selfpipe
@@ -74,7 +73,7 @@ class Anchor(Ending):
         self.restore_probe = ""  # while a restore's nodes look for its image path
         self.bundle_probe = ""  # while the nodes look for the bundle
         self.launch_error = ""
-        self.launcher_output: dict[int, socket.socket] = {}
+        self.launcher_output: dict[int, _socket.socket] = {}
         # Clients of a checkpoint that stops the container, answered once it has.
         self.stopped_waiters: list[tuple[Connection, dict[str, Any]]] = []
         self.task_order: TaskOrder | None = None  # a pause or resume in progress

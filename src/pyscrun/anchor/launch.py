@@ -6,8 +6,8 @@ A base of the anchor (anchor/daemon.py), which holds the state it works on."""
 from __future__ import annotations
 
 import _signal  # type: ignore[import-not-found]
+import _socket
 import os
-import socket
 
 from pyscrun import identity, jsonc, log, poller
 from pyscrun.anchor.orders import Orders
@@ -37,7 +37,7 @@ class Launch(Orders):
     bundle_probe: str
     launch_error: str  # why the step launched at create could not be
     # srun's own stdout and stderr, of a step launched before start, until start.
-    launcher_output: dict[int, socket.socket]
+    launcher_output: dict[int, _socket.socket]
 
     def _launches_early(self) -> bool:
         """Whether the step is launched as soon as the job runs, at create, its agents
@@ -155,7 +155,7 @@ class Launch(Orders):
         # Launched before start, srun's own output (a value it refuses, an agent's
         # error) waits in sockets of the anchor's until start, then joins the
         # container's: the caller attaches to that only once create returned.
-        held = {kind: socket.socketpair() for kind in (frames.STDOUT, frames.STDERR)} \
+        held = {kind: _socket.socketpair() for kind in (frames.STDOUT, frames.STDERR)} \
             if pass_stdio and self.state.status == CREATED else {}
         request = LaunchRequest(
             agent_env=agent_env,

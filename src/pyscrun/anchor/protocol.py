@@ -10,7 +10,7 @@ import _socket
 import os
 import struct
 
-from pyscrun import jsonc
+from pyscrun import jsonc, sockets
 from pyscrun.errors import AnchorError
 
 TYPE_CHECKING = False
@@ -45,10 +45,8 @@ class _ShortPath:
             os.close(self.dir_fd)
 
 
-def listen(path: str) -> socket.socket:
-    import socket
-
-    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+def listen(path: str) -> _socket.socket:
+    server = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
     with _ShortPath(path) as address:
         server.bind(address)
     os.chmod(path, 0o600)
@@ -56,10 +54,10 @@ def listen(path: str) -> socket.socket:
     return server
 
 
-def accept(listener: socket.socket) -> socket.socket | None:
+def accept(listener: _socket.socket) -> _socket.socket | None:
     """The next connection, if its peer is this user or root (the kernel's word for it,
     SO_PEERCRED); None if it is someone else's. accept's own errors are the caller's."""
-    conn, _ = listener.accept()
+    conn = sockets.accept(listener)
     creds = conn.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, struct.calcsize("3i"))
     if struct.unpack("3i", creds)[1] not in (os.getuid(), 0):  # struct ucred: pid, uid, gid
         conn.close()

@@ -11,9 +11,9 @@ task 0's agent takes it.
 
 from __future__ import annotations
 
+import _socket
 import os
 import select
-import socket
 import stat
 import time
 
@@ -22,7 +22,6 @@ from pyscrun.watch import widen_pipe
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    import _socket
     from collections.abc import Callable
 
     from pyscrun.threads import Flag
@@ -37,7 +36,7 @@ class Sink:
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
-        self.sock: socket.socket | None = None
+        self.sock: _socket.socket | None = None
         self.pipe = False  # takes the streams spliced in
         self.gone = False  # its reader is gone: what comes is dropped
         mode = os.fstat(fd).st_mode
@@ -54,7 +53,7 @@ class Sink:
                 self.pipe = True
             widen_pipe(self.fd)
         elif stat.S_ISSOCK(mode):
-            self.sock = socket.socket(fileno=fd)
+            self.sock = _socket.socket(fileno=fd)
 
     def _room(self, stop: Flag) -> bool:
         """Wait until the descriptor takes more; False if told to stop meanwhile."""
@@ -95,7 +94,7 @@ class Sink:
         while view and not self.gone:
             try:
                 if self.sock is not None:
-                    written = self.sock.send(view, socket.MSG_DONTWAIT)
+                    written = self.sock.send(view, _socket.MSG_DONTWAIT)
                 else:
                     written = os.write(self.fd, view)
             except BlockingIOError:

@@ -7,10 +7,6 @@ import errno
 
 from pyscrun.errors import ChannelError
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    import socket
-
 # Connections not yet proven (or idle agents) an anchor takes at once: enough for
 # every task of a big container, few enough that nobody can exhaust its descriptors.
 BACKLOG = 128
@@ -28,14 +24,11 @@ def parse_port_range(text: str, where: str) -> tuple[int, int]:
     return first, last
 
 
-def _bound(port: int, loopback_only: bool) -> socket.socket:
-    # The socket module's sockets, which accept() connections as sockets too: the
-    # listening side is the anchor's, the dialing side the node agent's (_socket alone,
-    # without the socket module's enums at its start).
-    import socket
-
+def _bound(port: int, loopback_only: bool) -> _socket.socket:
+    # The C socket type alone, as the node agent's dialing side: connections are
+    # accepted through pyscrun.sockets.
     if loopback_only:
-        server = socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        server = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
         try:
             server.bind(("127.0.0.1", port))
         except OSError:
@@ -43,11 +36,11 @@ def _bound(port: int, loopback_only: bool) -> socket.socket:
             raise
         return server
     try:
-        server = socket.socket(socket.AF_INET6, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-        server.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        server = _socket.socket(_socket.AF_INET6, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
+        server.setsockopt(_socket.IPPROTO_IPV6, _socket.IPV6_V6ONLY, 0)
         address: tuple[str, int] = ("::", port)
     except OSError:
-        server = socket.socket(socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        server = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
         address = ("0.0.0.0", port)
     try:
         server.bind(address)
@@ -57,7 +50,7 @@ def _bound(port: int, loopback_only: bool) -> socket.socket:
     return server
 
 
-def listen(port_range: tuple[int, int] | None, loopback_only: bool = False) -> socket.socket:
+def listen(port_range: tuple[int, int] | None, loopback_only: bool = False) -> _socket.socket:
     """A listening socket on every address of this host (or on loopback alone, for
     agents on this machine), on a free port of the range (any free port without one)."""
     if port_range is None:

@@ -11,15 +11,15 @@ status mimicked.
 
 from __future__ import annotations
 
+import _socket
 import os
 import shutil
 import signal
-import socket
 import sys
 import time
 from typing import Any, NoReturn
 
-from pyscrun import identity, linux, log, messages, poller
+from pyscrun import identity, linux, log, messages, poller, sockets
 from pyscrun.anchor.control import Connection, ControlSocket
 from pyscrun.channel import frames, peer, tcp
 from pyscrun.conf import site
@@ -187,7 +187,7 @@ class Wrapper:
         except CheckpointError as err:
             log.current.error(str(err))
 
-    def _serve(self, control: ControlSocket, launchers: socket.socket,
+    def _serve(self, control: ControlSocket, launchers: _socket.socket,
                relay: signals.Relay) -> int:
         pidfd = os.pidfd_open(self.srun_pid)
         self.selector.register(launchers, poller.READ, "launchers")
@@ -219,9 +219,9 @@ class Wrapper:
         finally:
             os.close(pidfd)
 
-    def _accept_launcher(self, launchers: socket.socket) -> None:
+    def _accept_launcher(self, launchers: _socket.socket) -> None:
         try:
-            sock, _ = launchers.accept()
+            sock = sockets.accept(launchers)
         except OSError:
             return
         conn = _Launcher(peer.Peer.accepted(sock, self.secret))
