@@ -1,7 +1,7 @@
 """File system helpers for the processes that start often (the CLI, the anchor, the
 node agent): what they would take from shutil, without the milliseconds importing it
-costs (it brings fnmatch, re, bz2 and lzma along), and the atomic write of every state,
-pid and manifest file."""
+costs (it brings fnmatch, re, bz2 and lzma along), the atomic write of every state,
+pid and manifest file, and syncing what must outlive the machine."""
 
 from __future__ import annotations
 
@@ -81,11 +81,11 @@ def _executable(candidate: str) -> bool:
 def write_atomic(path: str, data: bytes, mode: int = 0o600, durable: bool = False) -> None:
     """Write via a temporary file and rename, so readers see old or new, never half.
 
-    durable: on disk before the rename, for what must outlive the machine (a checkpoint's
-    manifest). Runtime state (state.json, pid files) is not: it lives under /run as
-    runc's does, and means nothing after a reboot; syncing it cost each container's
-    start a journal commit per write (0.2 to 1 ms each on an idle ext4 root, on the
-    way to podman)."""
+    durable: on disk before the rename, and the rename before the return, for what must
+    outlive the machine (a checkpoint's manifest). Runtime state (state.json, pid
+    files) is not: it lives under /run as runc's does, and means nothing after a reboot;
+    syncing it cost each container's start a journal commit per write (0.2 to 1 ms each
+    on an idle ext4 root, on the way to podman)."""
     directory, name = os.path.split(path)
     tmp = os.path.join(directory, f".{name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
@@ -101,3 +101,35 @@ def write_atomic(path: str, data: bytes, mode: int = 0o600, durable: bool = Fals
         raise
     os.close(fd)
     os.replace(tmp, path)
+    if durable:
+        sync_directory(directory or ".")
+
+
+def sync_tree(path: str) -> None:
+    """Every file and directory below path on disk (a checkpoint's images, before its
+    manifest says it is whole)."""
+    with os.scandir(path) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                sync_tree(entry.path)
+            elif entry.is_file(follow_symlinks=False):
+                fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+    sync_directory(path)
+
+
+def sync_directory(path: str) -> None:
+    """The directory's entries on disk: a new name is not, until its directory is."""
+    import errno
+
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    except OSError as err:
+        if err.errno != errno.EINVAL:  # a file system that cannot sync directories
+            raise
+    finally:
+        os.close(fd)

@@ -6,7 +6,8 @@
 
 A checkpoint is written into a hidden sibling directory and renamed to DIR only once
 every task is in it, so DIR always holds a whole checkpoint (the previous one until the
-new one is complete) and a failed checkpoint leaves nothing behind.
+new one is complete and on disk, so after a crash too) and a failed checkpoint leaves
+nothing behind.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pyscrun.errors import CheckpointError
-from pyscrun.fs import write_atomic
+from pyscrun.fs import sync_directory, sync_tree, write_atomic
 
 MANIFEST = "manifest.json"
 TASK_META = "task.json"
@@ -84,12 +85,17 @@ class Staging:
         """Write the manifest and put the checkpoint in place of any previous one."""
         old = None
         try:
+            # On disk in this order, so that a crash at any point leaves a whole
+            # checkpoint in place: the images, the manifest, the new one's name; only
+            # then does the previous one go.
+            sync_tree(self.path)
             write_json(os.path.join(self.path, MANIFEST), manifest)
             if os.path.isdir(self.final) and os.listdir(self.final):
                 old = tempfile.mkdtemp(prefix=f".{os.path.basename(self.final)}.", suffix=".old",
                                        dir=os.path.dirname(self.final))
                 os.rename(self.final, os.path.join(old, "previous"))
             os.rename(self.path, self.final)
+            sync_directory(os.path.dirname(self.final))
         except OSError as err:
             self.discard()
             if old is not None:  # put the previous checkpoint back
