@@ -1,4 +1,5 @@
-"""The few Linux calls Python 3.11's os module lacks: unshare, setns, mount, pivot_root, prctl.
+"""The few Linux calls Python 3.11's os module lacks: unshare, setns, mount, pivot_root,
+prctl, renameat2.
 
 They go through _ctypes, the C module under ctypes, with the three C types they take:
 create (for the stand-in) and the node agent (a child subreaper) both load this module
@@ -31,6 +32,8 @@ MS_PRIVATE = 0x40000
 MNT_DETACH = 0x2
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
 # glibc has no pivot_root(): the system call's number, per architecture.
 _SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217}
 
@@ -117,6 +120,13 @@ def mount(source: str, target: str, fstype: str | None, flags: int, data: str = 
 
 def umount(target: str, flags: int = 0) -> None:
     _check("umount2", _function("umount2")(target.encode(), _Int(flags)))
+
+
+def exchange(first: str, second: str) -> None:
+    """Swap two paths in one step (renameat2's RENAME_EXCHANGE): neither is ever
+    missing. OSError EINVAL where the file system cannot."""
+    _check("renameat2", _function("renameat2")(_Int(_AT_FDCWD), first.encode(), _Int(_AT_FDCWD),
+                                               second.encode(), _Int(_RENAME_EXCHANGE)))
 
 
 def pivot_root(new_root: str, put_old: str) -> None:

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from pyscrun import linux
 from pyscrun.errors import CheckpointError
 from pyscrun.fs import sync_directory, sync_tree, write_atomic
 
@@ -86,29 +87,53 @@ class Staging:
         old = None
         try:
             # On disk in this order, so that a crash at any point leaves a whole
-            # checkpoint in place: the images, the manifest, the new one's name; only
-            # then does the previous one go.
+            # checkpoint: the images, the manifest, the new one's name; only then does
+            # the previous one go.
             sync_tree(self.path)
             write_json(os.path.join(self.path, MANIFEST), manifest)
             if os.path.isdir(self.final) and os.listdir(self.final):
-                old = tempfile.mkdtemp(prefix=f".{os.path.basename(self.final)}.", suffix=".old",
-                                       dir=os.path.dirname(self.final))
-                os.rename(self.final, os.path.join(old, "previous"))
-            os.rename(self.path, self.final)
-            sync_directory(os.path.dirname(self.final))
+                old = self._swap_in()
+            else:
+                os.rename(self.path, self.final)
         except OSError as err:
             self.discard()
-            if old is not None:  # put the previous checkpoint back
-                try:
-                    if os.path.isdir(os.path.join(old, "previous")):
-                        os.rename(os.path.join(old, "previous"), self.final)
-                    os.rmdir(old)
-                except OSError:
-                    pass
             raise CheckpointError(
                 f"cannot put the checkpoint in {self.final}: {err.strerror or err}") from None
+        try:
+            sync_directory(os.path.dirname(self.final))
+        except OSError as err:
+            kept = f"; the previous one is kept under {old}" if old is not None else ""
+            raise CheckpointError(f"the checkpoint in {self.final} may not be on disk: "
+                                  f"{err.strerror or err}{kept}") from None
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
+
+    def _swap_in(self) -> str:
+        """The new checkpoint in DIR in one step, where the file system can: DIR is
+        never missing (elsewhere, between two renames). Where the previous one is now."""
+        try:
+            linux.exchange(self.path, self.final)
+            return self.path
+        except OSError as err:
+            if err.errno != errno.EINVAL:
+                raise
+        old = tempfile.mkdtemp(prefix=f".{os.path.basename(self.final)}.", suffix=".old",
+                               dir=os.path.dirname(self.final))
+        previous = os.path.join(old, "previous")
+        try:
+            os.rename(self.final, previous)
+            try:
+                os.rename(self.path, self.final)
+            except OSError:
+                os.rename(previous, self.final)  # the previous checkpoint back in place
+                raise
+        except OSError:
+            try:
+                os.rmdir(old)  # empty unless the previous checkpoint could not go back
+            except OSError:
+                pass
+            raise
+        return old
 
     def discard(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)

@@ -1,0 +1,55 @@
+"""A checkpoint directory replaced by a newer checkpoint: whole, in one step, on disk."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+from pyscrun import linux
+from pyscrun.srun_cr import images
+
+
+def _checkpoint(root: Path, content: str) -> images.Staging:
+    staging = images.Staging(str(root / "ck"))
+    os.makedirs(images.task_dir(staging.path, 0))
+    Path(images.task_dir(staging.path, 0), "pages-1.img").write_text(content)
+    staging.commit(images.make_manifest("7", "0", ["n1"], ["counter"], "/", False))
+    return staging
+
+
+def _pages(root: Path) -> str:
+    return Path(images.task_dir(str(root / "ck"), 0), "pages-1.img").read_text()
+
+
+def test_exchange_swaps_two_directories(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a/from-a").touch()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b/from-b").touch()
+    linux.exchange(str(tmp_path / "a"), str(tmp_path / "b"))
+    assert os.listdir(tmp_path / "a") == ["from-b"]
+    assert os.listdir(tmp_path / "b") == ["from-a"]
+
+
+def test_a_new_checkpoint_replaces_the_previous_and_nothing_else_is_left(tmp_path: Path) -> None:
+    _checkpoint(tmp_path, "first")
+    _checkpoint(tmp_path, "second")
+    assert _pages(tmp_path) == "second"
+    assert images.Checkpoint.load(str(tmp_path / "ck")).tasks == 1
+    assert os.listdir(tmp_path) == ["ck"]  # no staging, no previous checkpoint
+
+
+def test_where_the_file_system_cannot_swap_two_renames_do_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Stand-in for a file system without RENAME_EXCHANGE (none here to mount): EINVAL.
+    def cannot(first: str, second: str) -> None:
+        raise OSError(errno.EINVAL, "renameat2: Invalid argument")
+
+    _checkpoint(tmp_path, "first")
+    monkeypatch.setattr(linux, "exchange", cannot)
+    _checkpoint(tmp_path, "second")
+    assert _pages(tmp_path) == "second"
+    assert os.listdir(tmp_path) == ["ck"]
