@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from pyscrun import linux
+from pyscrun.errors import CheckpointError
 from pyscrun.srun_cr import images
 
 
@@ -53,3 +54,36 @@ def test_where_the_file_system_cannot_swap_two_renames_do_it(
     _checkpoint(tmp_path, "second")
     assert _pages(tmp_path) == "second"
     assert os.listdir(tmp_path) == ["ck"]
+
+
+@pytest.mark.parametrize("exchange", [True, False])
+def test_a_checkpoint_whose_place_cannot_be_synced_leaves_the_previous_one_in_place(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exchange: bool) -> None:
+    # Stand-in for a disk failing under fsync of a directory (EIO), which cannot be
+    # produced here.
+    def failing(path: str) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    def cannot(first: str, second: str) -> None:
+        raise OSError(errno.EINVAL, "renameat2: Invalid argument")
+
+    _checkpoint(tmp_path, "first")
+    monkeypatch.setattr(images, "sync_directory", failing)
+    if not exchange:
+        monkeypatch.setattr(linux, "exchange", cannot)
+    with pytest.raises(CheckpointError, match=r"on disk: Input/output error"):
+        _checkpoint(tmp_path, "second")
+    assert _pages(tmp_path) == "first"
+    assert os.listdir(tmp_path) == ["ck"]
+
+
+def test_a_first_checkpoint_whose_place_cannot_be_synced_is_not_left(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The same stand-in for a failing disk.
+    def failing(path: str) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(images, "sync_directory", failing)
+    with pytest.raises(CheckpointError):
+        _checkpoint(tmp_path, "first")
+    assert os.listdir(tmp_path) == []

@@ -102,9 +102,10 @@ class Staging:
         try:
             sync_directory(os.path.dirname(self.final))
         except OSError as err:
-            kept = f"; the previous one is kept under {old}" if old is not None else ""
-            raise CheckpointError(f"the checkpoint in {self.final} may not be on disk: "
-                                  f"{err.strerror or err}{kept}") from None
+            # Not surely on disk: not in place either, the previous one back in DIR.
+            self._swap_out(old)
+            raise CheckpointError(f"cannot put the checkpoint in {self.final} on disk: "
+                                  f"{err.strerror or err}") from None
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
 
@@ -134,6 +135,21 @@ class Staging:
                 pass
             raise
         return old
+
+    def _swap_out(self, old: str | None) -> None:
+        """Undo _swap_in (or the rename of a first checkpoint), as far as the file
+        system lets: the new checkpoint discarded, the previous one (in old) in DIR."""
+        try:
+            if old == self.path:
+                linux.exchange(self.path, self.final)
+            else:
+                os.rename(self.final, self.path)
+                if old is not None:
+                    os.rename(os.path.join(old, "previous"), self.final)
+                    os.rmdir(old)
+        except OSError:
+            pass
+        self.discard()
 
     def discard(self) -> None:
         shutil.rmtree(self.path, ignore_errors=True)
