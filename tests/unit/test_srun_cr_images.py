@@ -25,6 +25,17 @@ def _pages(root: Path) -> str:
     return Path(images.task_dir(str(root / "ck"), 0), "pages-1.img").read_text()
 
 
+def _cannot_exchange(first: str, second: str) -> None:
+    """Stand-in for a file system without RENAME_EXCHANGE (none here to mount)."""
+    raise OSError(errno.EINVAL, "renameat2: Invalid argument")
+
+
+def _failing_sync(path: str) -> None:
+    """Stand-in for a disk failing under fsync of a directory (EIO), which cannot be
+    produced here."""
+    raise OSError(errno.EIO, "Input/output error")
+
+
 def test_exchange_swaps_two_directories(tmp_path: Path) -> None:
     (tmp_path / "a").mkdir()
     (tmp_path / "a/from-a").touch()
@@ -45,12 +56,8 @@ def test_a_new_checkpoint_replaces_the_previous_and_nothing_else_is_left(tmp_pat
 
 def test_where_the_file_system_cannot_swap_two_renames_do_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Stand-in for a file system without RENAME_EXCHANGE (none here to mount): EINVAL.
-    def cannot(first: str, second: str) -> None:
-        raise OSError(errno.EINVAL, "renameat2: Invalid argument")
-
     _checkpoint(tmp_path, "first")
-    monkeypatch.setattr(linux, "exchange", cannot)
+    monkeypatch.setattr(linux, "exchange", _cannot_exchange)
     _checkpoint(tmp_path, "second")
     assert _pages(tmp_path) == "second"
     assert os.listdir(tmp_path) == ["ck"]
@@ -59,18 +66,10 @@ def test_where_the_file_system_cannot_swap_two_renames_do_it(
 @pytest.mark.parametrize("exchange", [True, False])
 def test_a_checkpoint_whose_place_cannot_be_synced_leaves_the_previous_one_in_place(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, exchange: bool) -> None:
-    # Stand-in for a disk failing under fsync of a directory (EIO), which cannot be
-    # produced here.
-    def failing(path: str) -> None:
-        raise OSError(errno.EIO, "Input/output error")
-
-    def cannot(first: str, second: str) -> None:
-        raise OSError(errno.EINVAL, "renameat2: Invalid argument")
-
     _checkpoint(tmp_path, "first")
-    monkeypatch.setattr(images, "sync_directory", failing)
+    monkeypatch.setattr(images, "sync_directory", _failing_sync)
     if not exchange:
-        monkeypatch.setattr(linux, "exchange", cannot)
+        monkeypatch.setattr(linux, "exchange", _cannot_exchange)
     with pytest.raises(CheckpointError, match=r"on disk: Input/output error"):
         _checkpoint(tmp_path, "second")
     assert _pages(tmp_path) == "first"
@@ -79,11 +78,7 @@ def test_a_checkpoint_whose_place_cannot_be_synced_leaves_the_previous_one_in_pl
 
 def test_a_first_checkpoint_whose_place_cannot_be_synced_is_not_left(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The same stand-in for a failing disk.
-    def failing(path: str) -> None:
-        raise OSError(errno.EIO, "Input/output error")
-
-    monkeypatch.setattr(images, "sync_directory", failing)
+    monkeypatch.setattr(images, "sync_directory", _failing_sync)
     with pytest.raises(CheckpointError):
         _checkpoint(tmp_path, "first")
     assert os.listdir(tmp_path) == []
