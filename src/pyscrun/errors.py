@@ -1,10 +1,6 @@
-"""Every error a user can act on, and the one table that maps it to an exit code."""
+"""Every error a user can act on (leave.py maps each to its exit code)."""
 
 from __future__ import annotations
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Callable
 
 
 class ScrunError(Exception):
@@ -57,40 +53,3 @@ class CheckpointError(ScrunError):
 
 class ChannelError(ScrunError):
     """The channel between an anchor and its node agents failed or was refused."""
-
-
-# The one place where errors become exit codes. runc uses 1 for every failure;
-# usage errors get 2, as argument parsers conventionally do.
-EXIT_CODES: dict[type[BaseException], int] = {
-    UsageError: 2,
-    ScrunError: 1,
-    KeyboardInterrupt: 130,
-}
-
-
-def exit_code_for(exc: BaseException) -> int:
-    for cls in type(exc).__mro__:
-        if cls in EXIT_CODES:
-            return EXIT_CODES[cls]
-    return 1
-
-
-def exit_status_of(action: Callable[[], int]) -> int:
-    """Run a command's action: an error a user can act on is logged, as one line, and
-    becomes the exit status the table above gives it."""
-    from pyscrun import log
-
-    try:
-        return action()
-    except ScrunError as err:
-        log.current.error(str(err))
-        return exit_code_for(err)
-    except KeyboardInterrupt as err:
-        return exit_code_for(err)
-    except Exception as err:
-        # A defect, not the user's doing: one line that says where, never a traceback.
-        import traceback
-
-        where = traceback.extract_tb(err.__traceback__)[-1]
-        log.current.error(f"internal error: {err!r} at {where.filename}:{where.lineno}")
-        return exit_code_for(err)

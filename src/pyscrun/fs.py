@@ -133,3 +133,14 @@ def sync_directory(path: str) -> None:
             raise
     finally:
         os.close(fd)
+
+
+def write_all(fd: int, data: bytes) -> bool:
+    """All of data to a blocking fd, or what it takes of it if its reader is gone
+    (False)."""
+    while data:
+        try:
+            data = data[os.write(fd, data):]
+        except OSError:
+            return False
+    return True

@@ -1,4 +1,5 @@
-"""Ending a short-lived process without the interpreter's finalization.
+"""How a short-lived process ends: its error as one line with the exit code one table
+gives it, and without the interpreter's finalization.
 
 Tearing down every module costs milliseconds at the end of each scrun command and node
 agent, several of which stand between `podman run` and its container's end. Nothing
@@ -11,8 +12,12 @@ from __future__ import annotations
 import os
 import sys
 
+from pyscrun import log
+from pyscrun.errors import ScrunError, UsageError
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import NoReturn
 
 
@@ -23,3 +28,38 @@ def leave(status: int) -> NoReturn:
         except (OSError, ValueError):
             pass  # its reader is gone, or it was closed: nothing more can reach it
     os._exit(status & 0xFF)
+
+
+# The one place where errors become exit codes. runc uses 1 for every failure;
+# usage errors get 2, as argument parsers conventionally do.
+EXIT_CODES: dict[type[BaseException], int] = {
+    UsageError: 2,
+    ScrunError: 1,
+    KeyboardInterrupt: 130,
+}
+
+
+def exit_code_for(exc: BaseException) -> int:
+    for cls in type(exc).__mro__:
+        if cls in EXIT_CODES:
+            return EXIT_CODES[cls]
+    return 1
+
+
+def exit_status_of(action: Callable[[], int]) -> int:
+    """Run a command's action: an error a user can act on is logged, as one line, and
+    becomes the exit status the table above gives it."""
+    try:
+        return action()
+    except ScrunError as err:
+        log.current.error(str(err))
+        return exit_code_for(err)
+    except KeyboardInterrupt as err:
+        return exit_code_for(err)
+    except Exception as err:
+        # A defect, not the user's doing: one line that says where, never a traceback.
+        import traceback
+
+        where = traceback.extract_tb(err.__traceback__)[-1]
+        log.current.error(f"internal error: {err!r} at {where.filename}:{where.lineno}")
+        return exit_code_for(err)

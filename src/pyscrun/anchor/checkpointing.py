@@ -12,7 +12,7 @@ import os
 import time
 
 from pyscrun import jsonc
-from pyscrun.anchor.task_orders import Answers
+from pyscrun.anchor.answers import Answers
 from pyscrun.channel.files import TreeReceiver
 from pyscrun.fs import remove_tree, write_atomic
 from pyscrun.node.criu import MANIFEST, PROBE, task_image_dir, task_work_dir

@@ -18,14 +18,14 @@ from pyscrun.anchor.agent_port import AgentPort
 from pyscrun.anchor.agents import AgentLink, Agents
 from pyscrun.anchor.control import Connection, ControlSocket
 from pyscrun.anchor.ending import DRAIN_TIMEOUT, Ending, wait_status
-from pyscrun.anchor.spawn import TERMINATING_SIGNALS, CreateRequest, write_all
+from pyscrun.anchor.request import TERMINATING_SIGNALS, CreateRequest
 from pyscrun.anchor.staging import Staging
 from pyscrun.anchor.stdio import HIGH_WATER, CallerStdio
 from pyscrun.anchor.task_orders import TaskOrder
 from pyscrun.backends.base import Allocation, Step
 from pyscrun.channel import frames
 from pyscrun.errors import ScrunError
-from pyscrun.fs import write_atomic
+from pyscrun.fs import write_all, write_atomic
 from pyscrun.node.criu import PROBE
 from pyscrun.oci.state import (
     CREATED,
@@ -108,7 +108,7 @@ class Anchor(Ending):
             on_stream=self._agent_stream, on_gone=self._agent_gone)
         if self.request.bundle.terminal:
             assert self.request.console_socket
-            from pyscrun.anchor import console  # termios, for a terminal only
+            from pyscrun import console  # termios, for a terminal only
 
             self.terminal_fd = console.open_console(
                 self.request.console_socket,

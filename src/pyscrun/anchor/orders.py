@@ -20,8 +20,8 @@ if TYPE_CHECKING:
 
     from pyscrun.anchor.agents import AgentLink, Agents
     from pyscrun.anchor.control import Connection
+    from pyscrun.anchor.request import CreateRequest
     from pyscrun.anchor.shipping import Shipment
-    from pyscrun.anchor.spawn import CreateRequest
     from pyscrun.anchor.staging import Staging
     from pyscrun.anchor.stand_in import StandIn
     from pyscrun.anchor.store import Store

@@ -11,7 +11,7 @@ import os
 
 from pyscrun import identity, log
 from pyscrun.anchor import jobenv
-from pyscrun.anchor.spawn import CreateRequest
+from pyscrun.anchor.request import CreateRequest
 from pyscrun.backends.base import Allocation, Backend
 from pyscrun.errors import ScrunError
 from pyscrun.oci.state import ContainerState

@@ -12,9 +12,9 @@ import socket
 import sys
 
 from pyscrun import log
-from pyscrun.anchor.console import make_controlling_terminal
 from pyscrun.backends.base import Allocation, Backend, LaunchRequest, Step
 from pyscrun.conf.site import Site
+from pyscrun.console import make_controlling_terminal
 from pyscrun.node import exec_into_command
 from pyscrun.oci.state import ContainerState
 

@@ -79,7 +79,7 @@ def _fork_on_terminal(argv: list[str], env: dict[str, str], terminal_fd: int) ->
     if pid:
         return pid
     try:
-        from pyscrun.anchor.console import make_controlling_terminal
+        from pyscrun.console import make_controlling_terminal
 
         make_controlling_terminal(terminal_fd)
         await_terminal_size()

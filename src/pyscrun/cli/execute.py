@@ -26,11 +26,11 @@ import os
 import re
 
 from pyscrun import identity
-from pyscrun.anchor.console import make_controlling_terminal, open_console
-from pyscrun.anchor.spawn import write_all
 from pyscrun.backends.slurm import await_terminal_size
 from pyscrun.cli.main import Context
+from pyscrun.console import make_controlling_terminal, open_console
 from pyscrun.errors import BundleError, InvalidState, UsageError
+from pyscrun.fs import write_all
 from pyscrun.oci.state import PAUSED, RUNNING, shell_status
 
 _SRUN_SAYS_EXIT = re.compile(rb"^srun: error: \S+: task \d+: Exited with exit code \d+\n?$")

@@ -44,7 +44,8 @@ def create_container(ctx: Context, restore: dict[str, Any] | None = None,
                      ) -> tuple[Store, str, tuple[int, int]]:
     """Everything create (and restore) does: check, reserve the id, fork the anchor and
     the container's stand-in (their pids)."""
-    from pyscrun.anchor.spawn import CreateRequest, start_anchor
+    from pyscrun.anchor.request import CreateRequest
+    from pyscrun.anchor.spawn import start_anchor
     from pyscrun.conf import scrun_env, site
     from pyscrun.oci import bundle as oci_bundle
     from pyscrun.oci import refusals

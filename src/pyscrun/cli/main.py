@@ -7,7 +7,8 @@ import sys
 
 from pyscrun import __version__, log
 from pyscrun.cli import flags
-from pyscrun.errors import UsageError, exit_status_of
+from pyscrun.errors import UsageError
+from pyscrun.leave import exit_status_of, leave
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -84,6 +85,4 @@ def run(argv: list[str]) -> int:
 
 
 def main() -> None:
-    from pyscrun.leave import leave
-
     leave(exit_status_of(lambda: run(sys.argv[1:])))

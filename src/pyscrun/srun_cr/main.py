@@ -16,7 +16,7 @@ import os
 import sys
 
 from pyscrun import log
-from pyscrun.errors import exit_status_of
+from pyscrun.leave import exit_status_of
 
 LOG_ENV = "SRUN_CR_DEBUG"
 HELP = """\

@@ -1,0 +1,67 @@
+"""What create (or restore) tells the anchor it forks, and the signals that end it."""
+
+from __future__ import annotations
+
+from pyscrun import log
+from pyscrun.errors import ScrunError
+
+# typing costs milliseconds at every start of the CLI: for type checkers only.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from pyscrun.anchor.stand_in import StandIn
+    from pyscrun.anchor.store import Store
+    from pyscrun.conf.site import Site
+    from pyscrun.oci.bundle import Bundle
+
+# The signals that end a container's anchor: SIGTERM, SIGINT and SIGHUP (numbers, not
+# the signal module, which costs create milliseconds before the anchor is forked).
+TERMINATING_SIGNALS = (15, 2, 1)
+
+
+class CreateRequest:
+    """Everything the anchor is told by create (or restore)."""
+
+    def __init__(self, container_id: str, bundle: Bundle, store: Store, site: Site,
+                 console_socket: str | None, pid_file: str | None, environ: dict[str, str],
+                 job_options: dict[str, str], log_file: str | None = None,
+                 log_format: str = "text", restore: dict[str, Any] | None = None,
+                 preserve_fds: int = 0) -> None:
+        self.container_id = container_id
+        self.bundle = bundle
+        self.store = store
+        self.site = site
+        self.console_socket = console_socket
+        self.pid_file = pid_file
+        self.environ = environ
+        self.job_options = job_options
+        self.log_file = log_file
+        self.log_format = log_format
+        self.restore = restore  # the CRIU order when this is a restore
+        self.preserve_fds = preserve_fds  # the caller's fds 3.. that go to the container
+        self.stand_in: StandIn | None = None  # forked with the anchor
+        # Made by the anchor before its own modules load (start_anchor).
+        self.signals: int | None = None
+        self.started_allocation: object = None  # the backend's, to wait on
+
+    def job_environ(self) -> dict[str, str]:
+        """The environment the job is asked for with: the caller's, and a
+        `podman run -e SLURM_JOB_ID=N` runs the container in that existing job."""
+        environ = dict(self.environ)
+        for entry in self.bundle.env:
+            if entry.startswith("SLURM_JOB_ID="):
+                environ["SLURM_JOB_ID"] = entry.partition("=")[2]
+        return environ
+
+    def abandon_started_allocation(self) -> None:
+        """Give up the job asked for early if nothing waited on it (the anchor failed
+        before): no salloc, and no job, is left behind."""
+        started, self.started_allocation = self.started_allocation, None
+        if started is not None:
+            from pyscrun import backends
+
+            try:
+                backends.get(self.site.backend).abandon_allocation(self.site, started)
+            except ScrunError as err:  # as a release's: said, and the anchor goes on ending
+                log.current.error(f"giving up the job asked for: {err}")
