@@ -273,6 +273,15 @@ def _wait_gone(pid: int, start_time: int, timeout: float) -> bool:
         os.close(pidfd)
 
 
+def _signal_anchor(pid: int, signum: int) -> None:
+    """A signal to an anchor that may have exited since it was seen alive (a concurrent
+    delete, a create failing at that moment): it is then gone, as wanted."""
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
+
+
 def delete(ctx: Context) -> int:
     store = ctx.store
     try:
@@ -287,8 +296,8 @@ def delete(ctx: Context) -> int:
         raise InvalidState(f"cannot delete container {state.id} that is {status}: use --force")
     if status == CREATING:
         # The anchor is still making the container (its job may wait in the queue) and
-        # serves no request yet: SIGTERM makes it give up.
-        os.kill(state.pid, 15)
+        # serves no request yet: SIGTERM makes it give up (unless it just ended).
+        _signal_anchor(state.pid, 15)
     elif status != STOPPED:
         try:
             _ask(store, state, {"op": "delete"})
@@ -296,7 +305,7 @@ def delete(ctx: Context) -> int:
             log.current.info(f"anchor unreachable, ending it: {err}")
     if status != STOPPED and not _wait_stopped(store, state, DELETE_TIMEOUT):
         log.current.error(f"anchor {state.pid} did not exit: killing it")
-        os.kill(state.pid, 9)  # SIGKILL; the signal module costs an import here
+        _signal_anchor(state.pid, 9)  # SIGKILL; the signal module costs an import here
         _wait_gone(state.pid, state.pid_start, 5)
     try:
         state = store.load(state.id)
