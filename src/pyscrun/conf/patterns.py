@@ -1,7 +1,9 @@
 """oci.conf %-patterns: checked when the file is read, expanded with shell quoting.
 
 Every substituted value is quoted for `/bin/sh -c`, so a bundle path holding `$(...)`,
-backticks or quotes reaches the runtime as text and never runs.
+backticks or quotes reaches the runtime as text and never runs. Where the shell would
+take a quoted value apart (after a backslash, inside backquotes or `${...}`), a pattern
+is refused when the file is read.
 """
 
 from __future__ import annotations
@@ -12,6 +14,10 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
     from typing import Any
+
+# Where the shell reads quotes by rules of its own (backquotes, ${...}): no value goes
+# there.
+_UNQUOTABLE = frozenset("`{")
 
 # Pattern letter -> what it stands for (the field of PatternValues that fills it).
 PATTERNS = {
@@ -52,38 +58,74 @@ def _scan(pattern: str) -> Iterator[tuple[str, str | None, str]]:
     """(text before, letter, quoting around it) for each %-pattern, then (rest, None, "").
 
     The quoting is how `/bin/sh` will read the spot: "" plain, "'" or '"' inside such
-    quotes, "\\" right after a backslash. A value is quoted to suit it.
+    quotes, "\\" right after a backslash, "`" inside backquotes or `${...}`, where the
+    shell reads quotes by rules of their own. A `$(...)` starts its quoting afresh (the
+    shell parses it as a command of its own), so a double quote outside one does not
+    hold inside it. A value is quoted to suit its spot.
     """
-    quote, escaped, start, pos = "", False, 0, 0
+    # The enclosing frames; each is (kind, quote, open parentheses) with kind "" for the
+    # command line itself, "(" for $(...), "{" for ${...}, "`" for backquotes.
+    outer: list[tuple[str, str, int]] = []
+    kind, quote, depth = "", "", 0
+    escaped, start, pos = False, 0, 0
     while pos < len(pattern):
         char = pattern[pos]
         if char == "%":
-            yield pattern[start:pos], pattern[pos + 1:pos + 2], "\\" if escaped else quote
+            unquotable = kind in _UNQUOTABLE or any(frame[0] in _UNQUOTABLE for frame in outer)
+            yield (pattern[start:pos], pattern[pos + 1:pos + 2],
+                   "\\" if escaped else "`" if unquotable else quote)
             escaped = False
             pos = start = pos + 2
             continue
         if escaped:
             escaped = False
-        elif char == "\\" and quote != "'":
+        elif quote == "'":
+            quote = "" if char == "'" else quote
+        elif char == "\\":
             escaped = True
-        elif char in "'\"" and quote in ("", char):
-            quote = "" if quote else char
+        elif char == "$" and pattern[pos + 1:pos + 2] in ("(", "{"):
+            outer.append((kind, quote, depth))
+            kind, quote, depth = pattern[pos + 1], "", 0
+            pos += 1
+        elif char == "`" and kind == "`":
+            kind, quote, depth = outer.pop()
+        elif char == "`":
+            outer.append((kind, quote, depth))
+            kind, quote, depth = "`", "", 0
+        elif char == '"':
+            quote = "" if quote else '"'
+        elif quote:
+            pass  # inside double quotes nothing else opens or closes
+        elif char == "'":
+            quote = "'"
+        elif char == "(":
+            depth += 1
+        elif char == ")" and depth:
+            depth -= 1
+        elif (char == ")" and kind == "(") or (char == "}" and kind == "{"):
+            kind, quote, depth = outer.pop()
         pos += 1
     yield pattern[start:], None, ""
 
 
+# Spots where a value could not be quoted -> why it is refused there.
+_REFUSED = {
+    "\\": "a backslash before %{} would leave its value unquoted",
+    "`": "%{} inside backquotes or ${{...}} would leave its value unquoted (use $(...))",
+}
+
+
 def check(pattern: str, where: str) -> None:
     """Raise ConfigError for an unknown or truncated %-pattern, or one whose value the
-    shell would take apart (right after a backslash)."""
+    shell would take apart (right after a backslash, inside backquotes or ${...})."""
     for _, letter, quoting in _scan(pattern):
         if letter is None or letter == "%":
             continue
         if letter not in PATTERNS and letter != "@":
             shown = f"%{letter}" if letter else "a trailing %"
             raise ConfigError(f"{where}: unknown pattern {shown}")
-        if quoting == "\\":
-            raise ConfigError(f"{where}: a backslash before %{letter} would leave its value "
-                              "unquoted")
+        if quoting in _REFUSED:
+            raise ConfigError(f"{where}: {_REFUSED[quoting].format(letter)}")
 
 
 # What a shell word may hold unquoted (as shlex.quote has it, whose `re` would cost
@@ -113,8 +155,8 @@ def expand(pattern: str, values: PatternValues) -> str:
             value = shell_quote(str(getattr(values, PATTERNS[letter])))
         else:
             raise ConfigError(f"unknown pattern %{letter} in {pattern!r}")
-        if quoting == "\\":
-            raise ConfigError(f"a backslash before %{letter} in {pattern!r}")
+        if quoting in _REFUSED:
+            raise ConfigError(f"{_REFUSED[quoting].format(letter)}: {pattern!r}")
         # Inside the administrator's own quotes: close them, add the quoted value, reopen.
         out.append(f"{quoting}{value}{quoting}")
     return "".join(out)
