@@ -68,6 +68,10 @@ class ControlSocket:
                 f"cannot make a socket in {os.path.dirname(path)} ({err.strerror}): its file "
                 "system cannot hold Unix sockets; use a directory on a local file system "
                 "(XDG_RUNTIME_DIR=/run/user/UID, or --root)") from None
+        # Which file is ours: once it is closed, the path may be another's (a container
+        # of the same id, created while this anchor was still giving its job back).
+        made = os.stat(path)
+        self.made = (made.st_dev, made.st_ino)
         self.listener.setblocking(False)
         selector.register(self.listener, poller.READ, self)
 
@@ -86,14 +90,14 @@ class ControlSocket:
             self._drop(client)
 
     def close(self) -> None:
-        import os
-
         for client in list(self.clients):
             self._drop(client)
         watch(self.selector, self.listener, 0, self)
         self.listener.close()
         try:
-            os.unlink(self.path)
+            now = os.stat(self.path)
+            if (now.st_dev, now.st_ino) == self.made:
+                os.unlink(self.path)
         except FileNotFoundError:
             pass
 
