@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from pyscrun.anchor.store import Store
+
+SCRUN = Path(sys.executable).parent / "scrun"
 
 
 def test_remove_takes_the_whole_spool_dir_and_nothing_a_symlink_points_at(tmp_path: Path) -> None:
@@ -39,3 +44,56 @@ def test_remove_leaves_a_symlink_planted_as_the_spool_dir_and_its_target(tmp_pat
     store.remove("s")
     assert (victim / "keep").read_text() == "precious"
     assert Path(store.spool_dir("s")).is_symlink()
+
+
+def _create_in_child(store: Store, container_id: str) -> tuple[int, int]:
+    """A process that reserved the id as create does (its pid), and a pipe whose closing
+    lets it exit (the write end), so that it dies before any state was saved."""
+    read_fd, write_fd = os.pipe()
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(write_fd)
+        store.make_spool_dir(container_id)
+        os.write(ready_w, b"x")
+        os.read(read_fd, 1)
+        os._exit(0)
+    os.close(read_fd)
+    os.close(ready_w)
+    os.read(ready_r, 1)
+    os.close(ready_r)
+    return pid, write_fd
+
+
+def test_a_spool_dir_left_by_a_create_that_died_is_removed_by_delete_force(
+        tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "root"))
+    pid, release = _create_in_child(store, "early")
+    os.close(release)
+    os.waitpid(pid, 0)
+    assert Path(store.spool_dir("early")).is_dir()
+    done = subprocess.run([str(SCRUN), "--root", store.root, "delete", "--force", "early"],
+                          capture_output=True, text=True, check=False)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert not Path(store.spool_dir("early")).exists()
+    store.make_spool_dir("early")  # the id can be created again
+
+
+def test_a_create_still_running_keeps_its_spool_dir(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "root"))
+    pid, release = _create_in_child(store, "busy")
+    try:
+        store.remove_abandoned("busy")
+        assert Path(store.spool_dir("busy")).is_dir()
+    finally:
+        os.close(release)
+        os.waitpid(pid, 0)
+
+
+def test_a_spool_dir_with_state_is_no_abandoned_one(tmp_path: Path) -> None:
+    store = Store(str(tmp_path / "root"))
+    spool = Path(store.spool_dir("saved"))
+    spool.mkdir(parents=True)
+    (spool / "state.json").write_text("{}")
+    store.remove_abandoned("saved")
+    assert (spool / "state.json").exists()

@@ -77,7 +77,33 @@ class Store:
             raise ContainerExists(f"container {container_id!r} already exists") from None
         except OSError as err:
             raise ScrunError(f"cannot create {spool}: {err.strerror}") from None
+        # Locked until this process (create) exits, by when the anchor has saved the
+        # state: a spool dir without state whose lock is free was left by a create that
+        # died first (remove_abandoned).
+        import fcntl
+
+        fcntl.flock(os.open(spool, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), fcntl.LOCK_EX)
         return spool
+
+    def remove_abandoned(self, container_id: str) -> None:
+        """Remove the spool dir of a create that died before its anchor saved any state
+        (as runc's delete --force removes a state dir it cannot load); one whose create
+        still runs is left to it."""
+        import fcntl
+
+        spool = self.spool_dir(validate_id(container_id))
+        try:
+            fd = os.open(spool, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return
+        finally:
+            os.close(fd)
+        if not os.path.exists(os.path.join(spool, STATE_FILE)):
+            remove_tree(spool)
 
     def save(self, state: ContainerState) -> None:
         data = jsonc.dumps(state.to_json()).encode()

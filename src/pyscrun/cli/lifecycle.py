@@ -288,7 +288,9 @@ def delete(ctx: Context) -> int:
         state = store.load(ctx.container_id)
     except ContainerNotFound:
         if ctx.flag("force"):
-            # As runc: a container already gone is what --force asked for.
+            # As runc: a container already gone is what --force asked for, and what a
+            # create that died early left of it goes too.
+            store.remove_abandoned(ctx.container_id)
             return 0
         raise
     status = state.effective_status()
