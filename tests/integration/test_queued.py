@@ -169,3 +169,44 @@ def test_a_create_that_fails_after_asking_for_its_job_withdraws_it(
     assert queued.returncode == 0, queued.stderr
     assert queued.stdout.split()[1:] in ([], ["CANCELLED"]), queued.stdout
     assert slurm_runtime.scrun("state", "q5").returncode != 0
+
+
+def test_an_interrupt_heard_with_the_grant_gives_the_job_back_at_once(
+        slurm_runtime: Runtime) -> None:
+    """The grant and a Ctrl-C reach the anchor in one poll: the job, granted after all,
+    is given back at once, salloc ends by itself, and its `cat` with it."""
+    from pyscrun.backends.salloc import HeldAllocation
+    from pyscrun.errors import BackendError
+
+    conf = slurm_runtime.slurm_conf.resolve()
+    held = HeldAllocation.start(["salloc", "--job-name=pyscrun-race", "--nodes=1"],
+                                {**os.environ, "SLURM_CONF": str(conf)})
+    try:
+        wait_for(lambda: _children(held.pid) != [], 30, "salloc to be granted the job")
+        job = slurm(conf, "squeue", "-h", "-n", "pyscrun-race", "-o", "%i").stdout.strip()
+        assert job_state(conf, job) == "RUNNING"
+        cat = _children(held.pid)
+        interrupt_r, interrupt_w = os.pipe()
+        os.write(interrupt_w, b"\0")  # readable, as salloc's "Granted": both in one poll
+        since = time.monotonic()
+        with pytest.raises(BackendError, match="interrupted"):
+            held.await_job(30, interrupt_r)
+        os.close(interrupt_r)
+        os.close(interrupt_w)
+        assert held.returncode is not None and not held.killed
+        assert time.monotonic() - since < 5
+        wait_for(lambda: job_state(conf, job) in ("", "COMPLETED", "CANCELLED"), 10,
+                 f"job {job} to end")
+        wait_for(lambda: not any(os.path.exists(f"/proc/{pid}") for pid in cat), 5,
+                 f"salloc's command {cat} to end")
+    finally:
+        if held.returncode is None:
+            held.abandon()
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as children:
+            return [int(word) for word in children.read().split()]
+    except OSError:
+        return []

@@ -69,6 +69,7 @@ class HeldAllocation:
         self.job_id = ""
         self.granted = False
         self.said = b""  # salloc's stderr so far
+        self.killed = False  # salloc had to be killed: its job may still be held
 
     @classmethod
     def start(cls, argv: list[str], env: dict[str, str]) -> HeldAllocation:
@@ -123,9 +124,14 @@ class HeldAllocation:
 
     def withdraw(self) -> bool:
         """End a salloc whose job is still queued: on SIGINT it withdraws the job.
-        False if it had to be killed instead (the job may still be queued)."""
+        False if it had to be killed instead (the job may still be queued).
+
+        Its stdin is closed first: a job granted meanwhile (the grant and the interrupt
+        heard in one poll) has its `cat` running, which salloc, its job revoked by the
+        SIGINT, would wait for until killed, leaving `cat` behind."""
         if self._ended_within(0):
             return True
+        self._close_stdin()
         os.kill(self.pid, _SIGINT)
         return self._ended_within(WITHDRAW_TIMEOUT)
 
@@ -134,7 +140,7 @@ class HeldAllocation:
         looked): the job's id if salloc had to be killed with it still held, for the
         caller to cancel, else ''."""
         self._close_stdin()  # a granted job's `cat` ends: salloc gives it back
-        if self.withdraw():
+        if self.withdraw() and not self.killed:
             return ""
         self.said += self._rest_of_stderr()
         return _job_named(self.said)[0]
@@ -167,6 +173,7 @@ class HeldAllocation:
                 os.close(pidfd)
         if not self._reaped(os.WNOHANG if timeout is not None else 0) and timeout:
             os.kill(self.pid, _SIGKILL)
+            self.killed = True
             self._reaped(0)
             return False
         return self.returncode is not None
