@@ -123,3 +123,29 @@ def test_log_levels_of_oci_conf(run_mode_runtime: Runtime, tmp_path: Path, direc
     assert done.returncode == 0, done.stderr
     assert (": debug: " in done.stderr) is stderr_debug, done.stderr
     assert (" debug: " in run_mode_runtime.log.read_text()) is file_debug
+
+
+def test_container_path_and_mount_spool_dir_are_patterns(run_mode_runtime: Runtime,
+                                                         tmp_path: Path) -> None:
+    """As Slurm's: %-patterns in ContainerPath and MountSpoolDir are filled in per task."""
+    task_root = tmp_path / "tasks"
+    _with(run_mode_runtime, f"DisableCleanup=true\nContainerPath={task_root}/%u-%U/j%j\n"
+                            "MountSpoolDir=/spool-%t-%s\n")
+    bundle = make_bundle(tmp_path, ["sh", "-c", "ls -d /spool-0-0 && echo MOUNTED"])
+    done = run_mode_runtime.scrun("run", "-b", str(bundle), "p1")
+    assert done.returncode == 0, done.stderr
+    assert "MOUNTED" in done.stdout
+    kept = list(task_root.glob("*/*/oci-job*/task-0/config.json"))
+    assert len(kept) == 1, list(task_root.rglob("*"))
+    job_dir = kept[0].parents[1].name.removeprefix("oci-job").rsplit("-", 1)[0]
+    assert kept[0].parents[2] == task_root / "root-0" / f"j{job_dir}"
+
+
+def test_a_pattern_a_path_cannot_hold_is_refused(run_mode_runtime: Runtime,
+                                                 tmp_path: Path) -> None:
+    _with(run_mode_runtime, f"ContainerPath={tmp_path}/%b\n")
+    bundle = make_bundle(tmp_path, ["true"])
+    done = run_mode_runtime.scrun("run", "-b", str(bundle), "p2")
+    assert done.returncode != 0
+    assert "ContainerPath cannot hold %b" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr

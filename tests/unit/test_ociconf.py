@@ -123,3 +123,19 @@ def _commands_with(directive: str, command: str,
         derived[directive] = command
     return RuntimeCommands(conf, values or patterns.PatternValues(), cwd="/",
                            environ=environ or {}, derive=lambda: derived)
+
+
+@pytest.mark.parametrize(("directive", "value"), [
+    ("ContainerPath", "/t/%s"), ("ContainerPath", "/t/%b"), ("ContainerPath", "/t/%t"),
+    ("MountSpoolDir", "/s/%r"), ("MountSpoolDir", "/s/%"), ("ContainerPath", "/t/%@")])
+def test_path_directives_refuse_patterns_they_cannot_hold(directive: str, value: str) -> None:
+    with pytest.raises(ConfigError, match=f"{directive} cannot hold"):
+        ociconf.parse(f"RunTimeRun=r\nRunTimeKill=k\nRunTimeDelete=d\n{directive}={value}\n",
+                      "oci.conf")
+
+
+def test_path_patterns_expand_as_they_are() -> None:
+    values = patterns.PatternValues(job_id="7", node_name="n1", user_name="al ice",
+                                    uid="1000", step_id="2", task_id="3")
+    assert patterns.expand_path("/x/%u/%U/%j%%/%n", values) == "/x/al ice/1000/7%/n1"
+    assert patterns.expand_path("/spool-%s.%t", values) == "/spool-2.3"

@@ -50,6 +50,16 @@ def _pattern(value: str, where: str) -> str:
     return value
 
 
+def _container_path(value: str, where: str) -> str:
+    patterns.check_path(value, where, "ContainerPath")
+    return value
+
+
+def _mount_spool_dir(value: str, where: str) -> str:
+    patterns.check_path(value, where, "MountSpoolDir")
+    return value
+
+
 def _hook_list(value: str, where: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in value.split(",") if item.strip())
 
@@ -78,7 +88,7 @@ class Directive:
 DIRECTIVES = {
     d.name.lower(): d
     for d in (
-        Directive("ContainerPath", _text),
+        Directive("ContainerPath", _container_path),
         Directive("CreateEnvFile", _env_file, "disabled"),
         Directive("DebugFlags", _text),
         Directive("DisableCleanup", _boolean, False),
@@ -86,7 +96,7 @@ DIRECTIVES = {
         Directive("EnvExclude", _regex, None),
         Directive("FileDebug", _level, None),
         Directive("IgnoreFileConfigJson", _boolean, False),
-        Directive("MountSpoolDir", _text),
+        Directive("MountSpoolDir", _mount_spool_dir),
         *(Directive(name, _pattern) for name in RUNTIME_DIRECTIVES),
         Directive("RunTimeEnvExclude", _regex, None),
         Directive("SrunArgs", _text, (), repeat=True),

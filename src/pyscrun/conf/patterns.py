@@ -128,6 +128,33 @@ def check(pattern: str, where: str) -> None:
             raise ConfigError(f"{where}: {_REFUSED[quoting].format(letter)}")
 
 
+# Path patterns (ContainerPath, MountSpoolDir) -> the letters each may hold: what is
+# known of the task where the path is made. ContainerPath is the same for every step of
+# a job (`scrun exec` finds the task's dir there): no %s or %t.
+PATH_PATTERNS = {"ContainerPath": "jnuU", "MountSpoolDir": "jnstuU"}
+
+
+def check_path(pattern: str, where: str, directive: str) -> None:
+    """Raise ConfigError for a %-pattern a path of directive cannot hold."""
+    allowed = PATH_PATTERNS[directive]
+    for _, letter, _ in _scan(pattern):
+        if letter is None or letter == "%" or (letter and letter in allowed):
+            continue
+        shown = f"%{letter}" if letter else "a trailing %"
+        raise ConfigError(f"{where}: {directive} cannot hold {shown} (it may hold "
+                          f"{' '.join('%' + known for known in allowed)} and %%)")
+
+
+def expand_path(pattern: str, values: PatternValues) -> str:
+    """A path pattern with its values as they are: no shell reads it."""
+    out = []
+    for text, letter, _ in _scan(pattern):
+        out.append(text)
+        if letter is not None:
+            out.append("%" if letter == "%" else str(getattr(values, PATTERNS[letter])))
+    return "".join(out)
+
+
 # What a shell word may hold unquoted (as shlex.quote has it, whose `re` would cost
 # each node agent milliseconds).
 _SHELL_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_@%+=:,./-")

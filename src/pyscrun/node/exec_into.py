@@ -23,7 +23,7 @@ from pyscrun.conf import patterns, site
 from pyscrun.errors import ScrunError
 from pyscrun.node import sealed_program
 from pyscrun.node.runtime import RuntimeCommands
-from pyscrun.node.task import EXEC_RECORD, default_container_path, settle_runtime_dir
+from pyscrun.node.task import EXEC_RECORD, container_path, node_name, settle_runtime_dir
 
 # The status of an exec that could not run the process at all (runc's own).
 FAILED = 255
@@ -74,7 +74,7 @@ def run(env: dict[str, str]) -> int:
     settle_runtime_dir(env)
     the_site = site.load(env.get("PYSCRUN_EXEC_SLURM_CONF") or env.get("SLURM_CONF")
                          or site.DEFAULT_SLURM_CONF)
-    base = Path(the_site.oci.ContainerPath or default_container_path())
+    base = Path(container_path(the_site.oci, env["PYSCRUN_EXEC_JOB"], node_name(env)))
     record = task_record(base, env["PYSCRUN_EXEC_JOB"], env.get("PYSCRUN_EXEC_TASK", "0"))
     recorded = json.loads(record.read_text())
     _join_namespaces(int(recorded["agent"]))

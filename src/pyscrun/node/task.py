@@ -35,10 +35,24 @@ class TaskIdentity:
         self.job_id = env["PYSCRUN_AGENT_JOB_ID"]
         self.step_id = env.get("SLURM_STEP_ID") or env.get("PYSCRUN_AGENT_STEP_ID", "0")
         self.task_id = env.get("SLURM_PROCID") or "0"
-        self.node = env.get("SLURMD_NODENAME") or _socket.gethostname()
+        self.node = node_name(env)
 
 
 EXEC_RECORD = "exec.json"
+
+
+def container_path(conf: OciConf, job_id: str, node: str) -> str:
+    """Where the task dirs of a job go on this node: ContainerPath, its patterns filled
+    in, or the default."""
+    if not conf.ContainerPath:
+        return default_container_path()
+    uid = identity.real_uid()
+    return patterns.expand_path(conf.ContainerPath, patterns.PatternValues(
+        job_id=job_id, node_name=node, user_name=identity.user_name(uid), uid=str(uid)))
+
+
+def node_name(env: dict[str, str]) -> str:
+    return env.get("SLURMD_NODENAME") or _socket.gethostname()
 
 
 def default_container_path() -> str:
@@ -93,7 +107,7 @@ class Task:
     def __init__(self, conf: OciConf, ident: TaskIdentity, env: dict[str, str]) -> None:
         self.conf = conf
         self.ident = ident
-        base = conf.ContainerPath or default_container_path()
+        base = container_path(conf, ident.job_id, ident.node)
         self.step_dir = os.path.join(base, f"oci-job{ident.job_id}-{ident.step_id}")
         self.dir = os.path.join(self.step_dir, f"task-{ident.task_id}")
         # Where config.json is read: the bundle, or its copy shipped to this node.
@@ -122,7 +136,10 @@ class Task:
             config = rewrite.rewrite(
                 source.config, bundle=self.source, job_env=_job_env(self.env),
                 env_exclude=conf.EnvExclude, terminal=self.terminal and conf.run_mode,
-                mount_spool_dir=conf.MountSpoolDir, step_dir=self.step_dir,
+                mount_spool_dir=patterns.expand_path(conf.MountSpoolDir, patterns.PatternValues(
+                    job_id=ident.job_id, node_name=ident.node, step_id=ident.step_id,
+                    task_id=ident.task_id, user_name=ident.user, uid=str(ident.uid))),
+                step_dir=self.step_dir,
                 disable_hooks=conf.DisableHooks, task_id=ident.task_id,
                 container=(ident.container_id, ident.bundle),
             )
