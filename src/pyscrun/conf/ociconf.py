@@ -29,11 +29,14 @@ def _boolean(value: str, where: str) -> bool:
 
 
 def _regex(value: str, where: str) -> re.Pattern[str]:
+    """A POSIX extended regular expression, as Slurm reads it."""
     # Imported only for a site that sets a regex: `re` costs every create milliseconds.
     import re
 
+    from pyscrun.conf.ere import compile_ere
+
     try:
-        return re.compile(value)
+        return compile_ere(value)
     except (re.error, OverflowError, RecursionError) as err:
         raise ConfigError(f"{where}: invalid regular expression {value!r}: {err}") from None
 
