@@ -139,3 +139,17 @@ def test_path_patterns_expand_as_they_are() -> None:
                                     uid="1000", step_id="2", task_id="3")
     assert patterns.expand_path("/x/%u/%U/%j%%/%n", values) == "/x/al ice/1000/7%/n1"
     assert patterns.expand_path("/spool-%s.%t", values) == "/spool-2.3"
+
+
+def test_spaces_around_the_equals_sign_and_continued_lines_read_as_slurm_does() -> None:
+    text = ('RunTimeRun = "runc run %n.%u.%j.%s.%t \\\n'
+            '  -b %b"\n'
+            "RunTimeKill =runc\n"
+            'RunTimeDelete= "runc delete"\\\n'
+            " SrunPath=/usr/bin/srun\n"
+            "# a comment ending in a backslash continues nothing \\\n"
+            "SrunArgs=--exclusive\n")
+    assert keyvalue.parse(text, "oci.conf") == [
+        ("RunTimeRun", "runc run %n.%u.%j.%s.%t   -b %b", 1), ("RunTimeKill", "runc", 3),
+        ("RunTimeDelete", "runc delete", 4), ("SrunPath", "/usr/bin/srun", 4),
+        ("SrunArgs", "--exclusive", 7)]
