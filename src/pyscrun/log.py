@@ -124,7 +124,7 @@ class Logger:
 
 # Environment variables of the man page and the destination each one sets.
 _LEVEL_VARIABLES = (
-    ("SCRUN_DEBUG", ("stderr_level", "file_level")),
+    ("SCRUN_DEBUG", ("stderr_level", "file_level", "syslog_level")),
     ("SCRUN_STDERR_DEBUG", ("stderr_level",)),
     ("SCRUN_FILE_DEBUG", ("file_level",)),
     ("SCRUN_SYSLOG_DEBUG", ("syslog_level",)),
