@@ -124,14 +124,19 @@ class HeldAllocation:
 
     def withdraw(self) -> bool:
         """End a salloc whose job is still queued: on SIGINT it withdraws the job.
-        False if it had to be killed instead (the job may still be queued).
+        False if it had to be killed instead (the job may still be queued), or could
+        not give a granted job back.
 
-        Its stdin is closed first: a job granted meanwhile (the grant and the interrupt
-        heard in one poll) has its `cat` running, which salloc, its job revoked by the
-        SIGINT, would wait for until killed, leaving `cat` behind."""
+        A job granted meanwhile (the grant and the interrupt heard in one poll) is
+        given back as a release would: its `cat` ends with its stdin. A SIGINT then,
+        racing `cat`'s end, leaves salloc hung now and then (seen with Slurm 22.05)."""
         if self._ended_within(0):
             return True
         self._close_stdin()
+        self.said += self._rest_of_stderr()
+        if _job_named(self.said)[1]:
+            self.granted = True
+            return self._given_back()
         os.kill(self.pid, _SIGINT)
         return self._ended_within(WITHDRAW_TIMEOUT)
 
@@ -151,7 +156,14 @@ class HeldAllocation:
         if not self.granted:
             return self.withdraw()
         self._close_stdin()
-        return self._ended_within(RELEASE_TIMEOUT) and _UNRELEASED not in self._rest_of_stderr()
+        return self._given_back()
+
+    def _given_back(self) -> bool:
+        """Whether salloc, its stdin closed, ended within RELEASE_TIMEOUT having given
+        the job back (it exits 0 even when slurmctld was unreachable)."""
+        ended = self._ended_within(RELEASE_TIMEOUT)
+        self.said += self._rest_of_stderr()
+        return ended and _UNRELEASED not in self.said
 
     def _close_stdin(self) -> None:
         if self.stdin_fd >= 0:
@@ -189,7 +201,7 @@ class HeldAllocation:
         return bool(pid)
 
     def _rest_of_stderr(self) -> bytes:
-        """What salloc said after the grant (it has exited: no waiting for more)."""
+        """What salloc has said and is not read yet (no waiting for more)."""
         os.set_blocking(self.stderr_fd, False)
         said = b""
         try:
