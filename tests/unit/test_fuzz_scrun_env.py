@@ -1,6 +1,7 @@
 """The SCRUN_* mapping under fuzz: any environment and config.json env give options or a
-UsageError; each option becomes exactly one argv entry holding the value verbatim, so
-no value is ever split or read by a shell."""
+UsageError; each option becomes exactly one argv entry holding the value verbatim (the
+switch wait after its count, in --switches=count@max-time), so no value is ever split or
+read by a shell."""
 
 from __future__ import annotations
 
@@ -45,6 +46,11 @@ def test_any_environment_gives_options_or_a_usage_error(environ: dict[str, str],
     wanted = []
     for key, value in options.items():
         option = scrun_env.JOB_OPTIONS[key]
+        if key == "SCRUN_WAIT4SWITCH":
+            continue  # part of --switches below; alone, no option
+        if key == "SCRUN_REQ_SWITCH" and "SCRUN_WAIT4SWITCH" in options:
+            assert "@" not in value
+            value += "@" + options["SCRUN_WAIT4SWITCH"]
         if not option.is_flag:
             wanted.append(f"{option.option}={value}")
         elif value.lower() in ("", "1", "yes", "true", "y", "t"):

@@ -7,6 +7,7 @@ separate argv entries, never through a shell.
 
 from __future__ import annotations
 
+from pyscrun import log
 from pyscrun.errors import UsageError
 
 # collections (2 ms) would load at every create: for type checkers only.
@@ -18,16 +19,21 @@ ALLOC, STEP = "alloc", "step"
 
 
 class JobOption:
-    """One SCRUN_* variable: the Slurm option it sets, for salloc or srun, flag or value."""
+    """One SCRUN_* variable: the Slurm option it sets, for salloc or srun, flag or value.
 
-    __slots__ = ("applies_to", "is_flag", "option", "variable")
+    A variable that joins another has no option of its own: its value goes at the end
+    of the other's, after option (the separator).
+    """
+
+    __slots__ = ("applies_to", "is_flag", "joins", "option", "variable")
 
     def __init__(self, variable: str, option: str, applies_to: str = ALLOC,
-                 is_flag: bool = False) -> None:
+                 is_flag: bool = False, joins: str = "") -> None:
         self.variable = variable
         self.option = option
         self.applies_to = applies_to
         self.is_flag = is_flag
+        self.joins = joins
 
 
 JOB_OPTIONS = {
@@ -100,7 +106,8 @@ JOB_OPTIONS = {
         JobOption("SCRUN_TRES_PER_TASK", "--tres-per-task"),
         JobOption("SCRUN_UNBUFFEREDIO", "--unbuffered", STEP, is_flag=True),
         JobOption("SCRUN_USE_MIN_NODES", "--use-min-nodes", is_flag=True),
-        JobOption("SCRUN_WAIT4SWITCH", "--wait4switch"),
+        # salloc takes the wait only after the count: --switches=count@max-time.
+        JobOption("SCRUN_WAIT4SWITCH", "@", joins="SCRUN_REQ_SWITCH"),
         JobOption("SCRUN_WCKEY", "--wckey"),
         JobOption("SCRUN_WORKING_DIR", "--chdir"),
     )
@@ -121,21 +128,41 @@ def job_options(environ: Mapping[str, str], config_env: Iterable[str]) -> dict[s
     for key, value in found.items():
         if "\n" in value or "\0" in value:
             raise UsageError(f"{key}: the value must be a single line")
-        if JOB_OPTIONS[key].is_flag and value.lower() not in (*_TRUE, *_FALSE):
+        option = JOB_OPTIONS[key]
+        if option.is_flag and value.lower() not in (*_TRUE, *_FALSE):
             raise UsageError(f"{key}: expected yes or no, found {value!r}")
+        if option.joins and option.option in found.get(option.joins, ""):
+            raise UsageError(f"{key}: {option.joins} has its own {option.option} part, "
+                             "give one or the other")
     return found
 
 
 def arguments(options: Mapping[str, str], applies_to: str) -> list[str]:
     """The salloc (ALLOC) or srun (STEP) arguments for these settings."""
     args = []
-    for key, value in options.items():
+    for key, value in _joined(options, applies_to).items():
         option = JOB_OPTIONS[key]
-        if option.applies_to != applies_to:
-            continue
         if option.is_flag:
             if value.lower() in _TRUE:
                 args.append(option.option)
         else:
             args.append(f"{option.option}={value}")
     return args
+
+
+def _joined(options: Mapping[str, str], applies_to: str) -> dict[str, str]:
+    """The settings for salloc or srun, each joining value at the end of the one it joins."""
+    mine = {k: v for k, v in options.items() if JOB_OPTIONS[k].applies_to == applies_to}
+    joined = dict(mine)
+    for key, value in mine.items():
+        option = JOB_OPTIONS[key]
+        if not option.joins:
+            continue
+        del joined[key]
+        if option.joins in joined:
+            joined[option.joins] += option.option + value
+        else:
+            # Slurm has no option for it alone (salloc refuses --switches=@time), and
+            # slurmctld ignores a wait for switches unless a switch count is asked for.
+            log.current.debug(f"{key}={value} left out: Slurm takes it only with {option.joins}")
+    return joined

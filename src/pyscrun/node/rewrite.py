@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+from pyscrun import log
+
 # typing (and copy, re) cost each node agent milliseconds: for type checkers only.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -74,8 +76,17 @@ def rewrite(
 
 
 def env_file_content(entries: list[str], mode: str) -> bytes:
-    separator = "\0" if mode == "null" else "\n"
-    return "".join(entry + separator for entry in entries).encode()
+    if mode == "null":
+        return "".join(entry + "\0" for entry in entries).encode()
+    kept = []
+    for entry in entries:
+        if "\n" in entry:
+            # A second line would read as another variable: oci.conf(5) drops these.
+            log.current.debug(f"environment file: {entry.partition('=')[0]!r} left out, "
+                              "it holds a newline (CreateEnvFile=newline)")
+        else:
+            kept.append(entry)
+    return "".join(entry + "\n" for entry in kept).encode()
 
 
 def _copied(value: Any) -> Any:
