@@ -77,6 +77,7 @@ class Anchor(Ending):
         # Clients of a checkpoint that stops the container, answered once it has.
         self.stopped_waiters: list[tuple[Connection, dict[str, Any]]] = []
         self.task_order: TaskOrder | None = None  # a pause or resume in progress
+        self.unsaved = False  # the status a pause or resume left is not in the file yet
         # Orders for the tasks that wait for every task to run: (client, order, until).
         self.waiting_orders: list[tuple[Connection, dict[str, Any], float]] = []
         # The caller's stdio, while the agents stream the container's: srun's own

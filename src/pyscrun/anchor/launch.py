@@ -70,7 +70,12 @@ class Launch(Orders):
             self.exit_status = 255
             raise BackendError(self.launch_error)
         self.state.status = RUNNING
-        self.store.save(self.state)
+        try:
+            self.store.save(self.state)
+        except ScrunError:
+            # Written before it is acted on: nothing started, and start may come again.
+            self.state.status = CREATED
+            raise
         if self.step is not None:
             self.agents.start()
             self.agents.ask_running()

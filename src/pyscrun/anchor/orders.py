@@ -53,6 +53,7 @@ class Orders:
     kill_deadline: float | None
     exit_status: int | None
     task_order: TaskOrder | None
+    unsaved: bool
     stopped_waiters: list[tuple[Connection, dict[str, Any]]]
     waiting_orders: list[tuple[Connection, dict[str, Any], float]]
     ships_bundle: bool
@@ -194,6 +195,13 @@ class Orders:
         answered."""
         op = message["op"]
         rule = RULES[op]
+        if self.unsaved and self.state.status == rule.after:
+            # The tasks did it already; only writing it down failed. The CLI, which
+            # reads the file, still asks for it: done once the file says so.
+            error = self._save_status(op)
+            client.send({"ok": False, "error": error} if error else
+                        {"ok": True, "state": self.state.oci_document()})
+            return
         if self.state.status not in rule.before:
             raise InvalidState(rule.refusal)
         if self.task_order is not None or self.agents.round is not None:
@@ -221,12 +229,27 @@ class Orders:
             return
         if order.rule.after is not None:
             self.state.status = order.rule.after
-            self.store.save(self.state)
+            error = self._save_status(order.op)
+            if error:
+                order.client.send({"ok": False, "error": error})
+                return
         # The tasks' pids name processes of this host only on the local backend: the
         # nodes' mean nothing here, and what stands for them is the stand-in.
         pids = sorted(order.pids) if self.backend.name == "local" else [self.stand_in.pid]
         order.client.send({"ok": True, "state": self.state.oci_document(), "pids": pids,
                            "stats": order.stats})
+
+    def _save_status(self, op: str) -> str | None:
+        """Write the status a pause or resume of every task left; if that fails (a full
+        disk), the error for its client. The anchor keeps the status either way: it is
+        what the tasks did, and the next save that succeeds writes it."""
+        try:
+            self.store.save(self.state)
+        except ScrunError as err:
+            self.unsaved = True
+            return f"container {self.state.status}, but {err}; {op} again to record it"
+        self.unsaved = False
+        return None
 
     def _checkpoint(self, client: Connection, order: dict[str, Any]) -> None:
         if self.state.status != RUNNING:
