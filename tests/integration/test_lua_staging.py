@@ -121,3 +121,29 @@ def test_failures_are_one_clear_line_and_leave_nothing(staged: tuple[Runtime, Pa
     lines = [line for line in stderr.splitlines() if "scrun.lua" in line]
     assert len(lines) == 1, stderr
     assert lines[0].endswith(expect), stderr
+
+
+def test_delete_waits_for_a_long_stage_out(staged: tuple[Runtime, Path]) -> None:
+    """delete --force of a running container whose stage_out outlasts delete's usual
+    wait for the container's end: stage_out runs to its end (the results are saved),
+    then delete returns 0 and nothing is left."""
+    from pyscrun.cli.lifecycle import DELETE_TIMEOUT
+
+    runtime, base = staged
+    marker = base / "staged-out"
+    (runtime.conf_dir / "scrun.lua").write_text(f"""\
+function slurm_scrun_stage_in() return slurm.SUCCESS end
+function slurm_scrun_stage_out()
+  slurm.allocator_command("sleep {DELETE_TIMEOUT + 5:.0f}; echo done > {marker}")
+  return slurm.SUCCESS
+end
+return slurm.SUCCESS
+""")
+    cid = _podman_ok(runtime, "run", "-d", IMAGE, "sleep", "1000")
+    try:
+        done = runtime.scrun("delete", "--force", cid, timeout=DELETE_TIMEOUT + 60)
+        assert done.returncode == 0, done.stderr
+        assert marker.read_text() == "done\n"
+        assert runtime.scrun("state", cid).returncode != 0
+    finally:
+        podman(runtime, "rm", "-f", cid)

@@ -117,15 +117,16 @@ class Ending(Launch):
                 self.stdio.let_go_of_caller()
             else:
                 self._finish_stdio()
-        if self.allocation is not None and not self.allocation.queued:
+        if (self.allocation is not None and not self.allocation.queued
+                and self.staging.hooks is not None):
+            self.state.staging_out = True
+            self._save_state()
             self.staging.stage_out(self.allocation)
+            self.state.staging_out = False
         self.state.status = STOPPED
         self.state.exit_status = status
         self.state.ended = time.time()
-        try:
-            self.store.save(self.state)
-        except ScrunError as err:
-            log.current.error(str(err))
+        self._save_state()
         self._give_waiting_orders()
         if before_step:
             # Ended before its step: podman has the status now, and delete waits for
@@ -140,6 +141,14 @@ class Ending(Launch):
         if checkpointed:
             self._answer_stopped(checkpointed, status)
         return status
+
+    def _save_state(self) -> None:
+        """The state as it is now; a failure to write it is logged: the container's
+        end goes on (its job must be given back)."""
+        try:
+            self.store.save(self.state)
+        except ScrunError as err:
+            log.current.error(str(err))
 
     def _answer_stopped(self, waiters: list[tuple[Connection, dict[str, Any]]],
                         status: int) -> None:

@@ -240,12 +240,16 @@ def _raced_an_end(state: ContainerState) -> int:
 
 def _wait_stopped(store: Store, state: ContainerState, timeout: float) -> bool:
     """Wait until the anchor has recorded the container's end, or is gone. An anchor
-    that is still giving its job back (slurmctld away, say) is left to finish it."""
+    that is still giving its job back (slurmctld away, say) is left to finish it; one
+    running scrun.lua's stage_out is waited for however long that takes."""
     deadline = time.monotonic() + timeout
     while process_alive(state.pid, state.pid_start):
         try:
-            if store.load(state.id).status == STOPPED:
+            now = store.load(state.id)
+            if now.status == STOPPED:
                 return True
+            if now.staging_out:
+                deadline = time.monotonic() + timeout
         except ScrunError:
             pass
         remaining = deadline - time.monotonic()

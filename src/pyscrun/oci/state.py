@@ -27,6 +27,9 @@ class ContainerState:
         "stand_in": 0, "stand_in_start": 0,
         "created": "", "annotations": None, "rootfs": "", "owner": "",
         "exit_status": None, "ended": 0.0, "backend": "local", "job_id": "", "job_owned": False,
+        # scrun.lua's stage_out runs (the container ended): delete waits for it however
+        # long it takes rather than kill the anchor in the middle of saving the results.
+        "staging_out": False,
         "extra": None,
     }
     __slots__ = tuple(FIELDS)
@@ -46,6 +49,7 @@ class ContainerState:
     backend: str
     job_id: str
     job_owned: bool
+    staging_out: bool
     extra: dict[str, Any]
 
     def __init__(self, **values: Any) -> None:
