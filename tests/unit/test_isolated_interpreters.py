@@ -24,13 +24,14 @@ def _hostile_env(tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(shadow), "PYTHONHOME": str(tmp_path / "nowhere")}
 
 
-def _probe(interpreter: list[str], tmp_path: Path) -> tuple[str, dict[str, str]]:
-    """interpreter (a command's own interpreter and flags) importing what the node side
+def _probe(tmp_path: Path) -> tuple[str, dict[str, str]]:
+    """The node side's interpreter (node.python_command) importing what the node side
     imports, in the hostile environment: what it printed."""
     env = _hostile_env(tmp_path)
     code = ("import os, select, pyscrun.node.entry, pyscrun.node.exec_into, "
-            "pyscrun.srun_cr.launcher; print(select.__name__, os.environ['PYTHONPATH'])")
-    result = subprocess.run([*interpreter, "-c", code], env=env, capture_output=True,
+            "pyscrun.srun_cr.launcher; print(select.__name__, os.environ['PYTHONPATH'], "
+            "'site' in sys.modules)")
+    result = subprocess.run(node.python_command(code), env=env, capture_output=True,
                             text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     return result.stdout.strip(), env
@@ -41,8 +42,9 @@ def _probe(interpreter: list[str], tmp_path: Path) -> tuple[str, dict[str, str]]
 def test_the_node_sides_ignore_the_users_python_environment(
         tmp_path: Path, command: Callable[[], list[str]]) -> None:
     argv = command()
-    assert argv[-2] == "-c"
-    said, env = _probe(argv[:-2], tmp_path)
+    prefix = node.python_command("")
+    assert argv[:-1] == prefix[:-1] and argv[-1].startswith(prefix[-1])
+    said, env = _probe(tmp_path)
     # The environment itself is left as the user set it: srun_cr's launcher passes it
-    # on to the program it runs.
-    assert said == f"select {env['PYTHONPATH']}"
+    # on to the program it runs; site (and the system's sitecustomize) is not loaded.
+    assert said == f"select {env['PYTHONPATH']} False"

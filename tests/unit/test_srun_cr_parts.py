@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from pyscrun.errors import CheckpointError, UsageError
+from pyscrun.node import python_command
 from pyscrun.srun_cr import client, criu, images, launcher, nsinit, registry, signals, srunopts
 from pyscrun.srun_cr.wrapper import Plan
 
@@ -158,9 +159,8 @@ def test_plan_puts_the_launcher_before_the_command_and_names_the_job() -> None:
     plan = Plan(srunopts.parse(["-N2", "prog", "-x"]), {})
     argv = plan.argv(6000, "/usr/sbin/criu")
     assert argv[:3] == ["srun", "-N2", "--job-name=prog"]
-    assert argv[3:] == ["--", sys.executable, "-I", "-c",
-                        "from pyscrun.srun_cr.launcher import main; main()", "--port", "6000",
-                        "--criu", "/usr/sbin/criu", "--", "prog", "-x"]
+    assert argv[3:] == ["--", *python_command("from pyscrun.srun_cr.launcher import main; main()"),
+                        "--port", "6000", "--criu", "/usr/sbin/criu", "--", "prog", "-x"]
     assert plan.env({"SLURM_RESTART_DIR": "/old"}, "/s.sock", b"\x01\x02") == {
         "SLURM_SRUN_CR_SOCKET": "/s.sock", "PYSCRUN_SRUN_CR_SECRET": "0102"}
     assert "--job-name=prog" not in Plan(srunopts.parse(["prog"]), {"SLURM_JOB_NAME": "j"}).options

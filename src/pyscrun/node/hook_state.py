@@ -5,7 +5,7 @@ stdin, the state of the container it knows: the task's (its runtime id and task 
 A hook of the caller's (podman's, docker's, a site's) must see the container it was
 given for: its id and bundle. The pid stays the node's: the process it names runs there.
 
-    python -m pyscrun.node.hook_state ID BUNDLE PATH ARGV0 [ARG...]
+    hook_state ID BUNDLE PATH ARGV0 [ARG...]   (run as wrap() writes it)
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+
+from pyscrun.node import python_command
 
 # Runtime-namespace hooks only: the others run inside the container, where this
 # program (and its interpreter) may not exist.
@@ -29,9 +31,9 @@ def wrap(hooks: dict[str, object], container_id: str, bundle: str) -> None:
             if not isinstance(hook, dict) or not isinstance(hook.get("path"), str):
                 continue
             args = hook.get("args") or [hook["path"]]
-            hook["args"] = [sys.executable, "-I", "-m", __name__, container_id, bundle,
-                            hook["path"], *args]
-            hook["path"] = sys.executable
+            program = python_command(f"from {__name__} import main; sys.exit(main(sys.argv[1:]))")
+            hook["args"] = [*program, container_id, bundle, hook["path"], *args]
+            hook["path"] = program[0]
 
 
 def main(argv: list[str]) -> int:
@@ -59,7 +61,3 @@ def main(argv: list[str]) -> int:
         print(f"hook {path}: {err.strerror}", file=sys.stderr)
         return 127
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

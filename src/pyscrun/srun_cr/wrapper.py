@@ -15,7 +15,6 @@ import _socket
 import os
 import shutil
 import signal
-import sys
 import time
 from typing import Any, NoReturn
 
@@ -24,7 +23,7 @@ from pyscrun.anchor.control import Connection, ControlSocket
 from pyscrun.channel import frames, peer, tcp
 from pyscrun.conf import site
 from pyscrun.errors import BackendError, CheckpointError, UsageError
-from pyscrun.node import ISOLATED
+from pyscrun.node import python_command
 from pyscrun.srun_cr import criu, images, registry, signals
 from pyscrun.srun_cr.coordinator import Coordinator, Request
 from pyscrun.srun_cr.srunopts import SrunLine
@@ -49,11 +48,11 @@ def exec_srun(argv: list[str], environ: dict[str, str]) -> NoReturn:
 
 
 def launcher_command() -> list[str]:
-    """How the step starts the launcher on each node: isolated, as the node agent
-    (node.ISOLATED), since the user's PYTHONPATH is for the program the launcher runs,
-    which gets the environment unchanged; imported rather than run with `-m`, whose
-    runpy would cost every task 2 ms of imports before its own."""
-    return [sys.executable, ISOLATED, "-c", f"from {LAUNCHER_MODULE} import main; main()"]
+    """How the step starts the launcher on each node: as the node agent
+    (node.python_command), since the user's PYTHONPATH is for the program the launcher
+    runs, which gets the environment unchanged; imported rather than run with `-m`,
+    whose runpy would cost every task 2 ms of imports before its own."""
+    return python_command(f"from {LAUNCHER_MODULE} import main; main()")
 
 
 class Plan:
