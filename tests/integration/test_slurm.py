@@ -73,7 +73,8 @@ def test_three_nodes_three_tasks(users_slurm_runtime: Runtime) -> None:
 def test_job_options_reach_the_job_record(users_slurm_runtime: Runtime) -> None:
     done = podman(users_slurm_runtime, "run", "--rm", "-e", "SCRUN_TIMELIMIT=1", "-e",
                   "SCRUN_PARTITION=other", "-e", "SCRUN_JOB_NAME=named-by-test", "-e",
-                  "SCRUN_NTASKS=2", IMAGE, "sh", "-c", "echo $SLURM_JOB_ID")
+                  "SCRUN_NTASKS=2", "-e", "SCRUN_EXCLUSIVE=user", IMAGE, "sh", "-c",
+                  "echo $SLURM_JOB_ID")
     assert done.returncode == 0, done.stderr
     job_id = done.stdout.decode().split()[0]
     record = _job_record(users_slurm_runtime.slurm_conf.resolve(), job_id)
@@ -81,6 +82,7 @@ def test_job_options_reach_the_job_record(users_slurm_runtime: Runtime) -> None:
     assert record["Partition"] == "other"
     assert record["JobName"] == "named-by-test"
     assert record["NumTasks"] == "2"
+    assert record["OverSubscribe"] == "USER"
 
 
 def test_unknown_partition_fails_create_and_leaves_no_job(users_slurm_runtime: Runtime) -> None:

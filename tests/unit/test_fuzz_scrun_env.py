@@ -5,6 +5,7 @@ read by a shell."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,7 +19,7 @@ names = st.one_of(st.sampled_from(sorted(scrun_env.JOB_OPTIONS)),
                   st.text(max_size=10))
 hostile = st.one_of(st.text(max_size=30), st.sampled_from([
     "", "yes", "no", "TRUE", "0", "$(touch /tmp/x)", "`id`", "a b", "--partition=x", "-x",
-    "x;y", "'", '"', "a\nb", "a\0b", "=", "debug,other",
+    "x;y", "'", '"', "a\nb", "a\0b", "=", "debug,other", "user", "MCS", "topo",
 ]))
 
 
@@ -55,6 +56,8 @@ def test_any_environment_gives_options_or_a_usage_error(environ: dict[str, str],
             wanted.append(f"{option.option}={value}")
         elif value.lower() in ("", "1", "yes", "true", "y", "t"):
             wanted.append(option.option)
+        elif value.lower() in option.values:
+            wanted.append(f"{option.option}={value.lower()}")
         else:
             assert value.lower() in ("0", "no", "false", "n", "f")
     assert sorted(alloc + step) == sorted(wanted)
@@ -72,3 +75,18 @@ def test_a_value_is_one_argument_verbatim(value: str) -> None:
         return
     assert scrun_env.arguments(options, scrun_env.ALLOC) == [f"--job-name={value}"]
     assert scrun_env.arguments(options, scrun_env.STEP) == [f"--cpu-bind={value}"]
+
+
+def test_exclusive_takes_salloc_s_named_values_as_well_as_yes_and_no() -> None:
+    def alloc(value: str) -> list[str]:
+        options = scrun_env.job_options({"SCRUN_EXCLUSIVE": value}, [])
+        return scrun_env.arguments(options, scrun_env.ALLOC)
+
+    assert alloc("yes") == ["--exclusive"]
+    assert alloc("no") == []
+    assert alloc("User") == ["--exclusive=user"]
+    assert alloc("mcs") == ["--exclusive=mcs"]
+    assert alloc("oversubscribe") == ["--exclusive=oversubscribe"]
+    with pytest.raises(UsageError, match="SCRUN_EXCLUSIVE: expected yes, user, mcs, "
+                                         "oversubscribe, topo or no, found 'nodes'"):
+        alloc("nodes")

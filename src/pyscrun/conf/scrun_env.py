@@ -22,18 +22,20 @@ class JobOption:
     """One SCRUN_* variable: the Slurm option it sets, for salloc or srun, flag or value.
 
     A variable that joins another has no option of its own: its value goes at the end
-    of the other's, after option (the separator).
+    of the other's, after option (the separator). A flag may also take one of its
+    named values, given to Slurm as option=value.
     """
 
-    __slots__ = ("applies_to", "is_flag", "joins", "option", "variable")
+    __slots__ = ("applies_to", "is_flag", "joins", "option", "values", "variable")
 
     def __init__(self, variable: str, option: str, applies_to: str = ALLOC,
-                 is_flag: bool = False, joins: str = "") -> None:
+                 is_flag: bool = False, joins: str = "", values: tuple[str, ...] = ()) -> None:
         self.variable = variable
         self.option = option
         self.applies_to = applies_to
         self.is_flag = is_flag
         self.joins = joins
+        self.values = values
 
 
 JOB_OPTIONS = {
@@ -55,7 +57,10 @@ JOB_OPTIONS = {
         JobOption("SCRUN_DISTRIBUTION", "--distribution"),
         JobOption("SCRUN_EPILOG", "--epilog", STEP),
         JobOption("SCRUN_EXACT", "--exact", STEP, is_flag=True),
-        JobOption("SCRUN_EXCLUSIVE", "--exclusive", is_flag=True),
+        # salloc's --exclusive[=user|mcs|oversubscribe|topo]; which a Slurm knows is
+        # its own to say (22.05 has no topo).
+        JobOption("SCRUN_EXCLUSIVE", "--exclusive", is_flag=True,
+                  values=("user", "mcs", "oversubscribe", "topo")),
         JobOption("SCRUN_GPU_BIND", "--gpu-bind"),
         JobOption("SCRUN_GPU_FREQ", "--gpu-freq"),
         JobOption("SCRUN_GPUS", "--gpus"),
@@ -129,8 +134,9 @@ def job_options(environ: Mapping[str, str], config_env: Iterable[str]) -> dict[s
         if "\n" in value or "\0" in value:
             raise UsageError(f"{key}: the value must be a single line")
         option = JOB_OPTIONS[key]
-        if option.is_flag and value.lower() not in (*_TRUE, *_FALSE):
-            raise UsageError(f"{key}: expected yes or no, found {value!r}")
+        if option.is_flag and value.lower() not in (*_TRUE, *_FALSE, *option.values):
+            raise UsageError(f"{key}: expected {', '.join(('yes', *option.values))} or no, "
+                             f"found {value!r}")
         if option.joins and option.option in found.get(option.joins, ""):
             raise UsageError(f"{key}: {option.joins} has its own {option.option} part, "
                              "give one or the other")
@@ -145,6 +151,8 @@ def arguments(options: Mapping[str, str], applies_to: str) -> list[str]:
         if option.is_flag:
             if value.lower() in _TRUE:
                 args.append(option.option)
+            elif value.lower() in option.values:
+                args.append(f"{option.option}={value.lower()}")
         else:
             args.append(f"{option.option}={value}")
     return args
