@@ -100,7 +100,11 @@ def write_atomic(path: str, data: bytes, mode: int = 0o600, durable: bool = Fals
         os.unlink(tmp)
         raise
     os.close(fd)
-    os.replace(tmp, path)
+    try:
+        os.replace(tmp, path)
+    except OSError:
+        os.unlink(tmp)
+        raise
     if durable:
         sync_directory(directory or ".")
 

@@ -1,4 +1,5 @@
-"""Writes that must outlive the machine.
+"""How files are written: whole or not at all, and synced where they must outlive the
+machine.
 
 A power cut cannot be produced here: a spy on os.fsync (which still syncs) stands in for
 one, showing what would be on disk when it came."""
@@ -46,6 +47,16 @@ def test_runtime_state_is_written_without_a_sync(
     write_atomic(str(tmp_path / "state.json"), b"{}\n")
     assert seen == []
     assert (tmp_path / "state.json").read_bytes() == b"{}\n"
+
+
+def test_a_write_whose_rename_fails_leaves_no_temporary_file(tmp_path: Path) -> None:
+    # A real fault: the name is taken by a directory that is not empty.
+    (tmp_path / "state.json").mkdir()
+    (tmp_path / "state.json/kept").write_text("")
+    with pytest.raises(OSError):
+        write_atomic(str(tmp_path / "state.json"), b"{}\n")
+    assert os.listdir(tmp_path) == ["state.json"]
+    assert os.listdir(tmp_path / "state.json") == ["kept"]
 
 
 def test_a_tree_is_synced_file_by_file_and_every_directory_after_its_files(
