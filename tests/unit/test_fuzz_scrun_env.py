@@ -15,6 +15,7 @@ from pyscrun.errors import UsageError
 FUZZ = settings(max_examples=400, deadline=None, database=None)
 
 names = st.one_of(st.sampled_from(sorted(scrun_env.JOB_OPTIONS)),
+                  st.just("SLURM_CORE_SPEC"), st.just("SCRUN_CORE_SPEC"),
                   st.sampled_from(["PATH", "HOME", "SLURM_JOB_ID", "SCRUN_NOPE", "scrun_partition"]),
                   st.text(max_size=10))
 hostile = st.one_of(st.text(max_size=30), st.sampled_from([
@@ -33,12 +34,22 @@ def test_any_environment_gives_options_or_a_usage_error(environ: dict[str, str],
     except UsageError as err:
         assert "\n" not in str(err)
         return
-    expected = {k: v for k, v in environ.items() if k in scrun_env.JOB_OPTIONS}
+    def canonical(given: dict[str, str]) -> dict[str, str]:
+        # SLURM_CORE_SPEC stands for SCRUN_CORE_SPEC, which wins if both are given.
+        named = {scrun_env.JOB_OPTIONS[k].variable: v for k, v in given.items()
+                 if k in scrun_env.JOB_OPTIONS}
+        if "SCRUN_CORE_SPEC" in given:
+            named["SCRUN_CORE_SPEC"] = given["SCRUN_CORE_SPEC"]
+        return named
+
+    from_config = {}
     for entry in config_env:
         key, _, value = entry.partition("=")
-        if key in scrun_env.JOB_OPTIONS:
-            expected[key] = value  # config.json wins, the last entry of a key wins
+        from_config[key] = value  # the last entry of a key wins
+    # config.json wins over the environment.
+    expected = {**canonical(environ), **canonical(from_config)}
     assert options == expected
+    assert "SLURM_CORE_SPEC" not in options
     for value in options.values():
         assert "\n" not in value and "\0" not in value
 
@@ -90,3 +101,10 @@ def test_exclusive_takes_salloc_s_named_values_as_well_as_yes_and_no() -> None:
     with pytest.raises(UsageError, match="SCRUN_EXCLUSIVE: expected yes, user, mcs, "
                                          "oversubscribe, topo or no, found 'nodes'"):
         alloc("nodes")
+
+
+def test_core_spec_in_either_spelling_is_one_option() -> None:
+    both = scrun_env.job_options({"SLURM_CORE_SPEC": "1", "SCRUN_CORE_SPEC": "2"}, [])
+    assert scrun_env.arguments(both, scrun_env.ALLOC) == ["--core-spec=2"]
+    alias = scrun_env.job_options({"SCRUN_CORE_SPEC": "2"}, ["SLURM_CORE_SPEC=3"])
+    assert scrun_env.arguments(alias, scrun_env.ALLOC) == ["--core-spec=3"]

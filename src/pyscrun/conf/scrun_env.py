@@ -117,19 +117,22 @@ JOB_OPTIONS = {
         JobOption("SCRUN_WORKING_DIR", "--chdir"),
     )
 }
-# The man page spells this one SLURM_CORE_SPEC; accept both.
+# The man page spells this one SLURM_CORE_SPEC; accept both, as one setting (the SCRUN_
+# name winning where both are given).
 JOB_OPTIONS["SLURM_CORE_SPEC"] = JOB_OPTIONS["SCRUN_CORE_SPEC"]
 _TRUE = ("", "1", "yes", "true", "y", "t")
 _FALSE = ("0", "no", "false", "n", "f")
 
 
 def job_options(environ: Mapping[str, str], config_env: Iterable[str]) -> dict[str, str]:
-    """SCRUN_* settings from the caller's environment, overridden by config.json's."""
-    found = {k: v for k, v in environ.items() if k in JOB_OPTIONS}
-    for entry in config_env:
-        key, _, value = entry.partition("=")
-        if key in JOB_OPTIONS:
-            found[key] = value
+    """SCRUN_* settings from the caller's environment, overridden by config.json's; each
+    under its variable's own name (an alias's value under the name it stands for)."""
+    found: dict[str, str] = {}
+    for source in (environ.items(), (e.partition("=")[::2] for e in config_env)):
+        given = dict(source)
+        for key in sorted((k for k in given if k in JOB_OPTIONS),
+                          key=lambda k: k == JOB_OPTIONS[k].variable):
+            found[JOB_OPTIONS[key].variable] = given[key]
     for key, value in found.items():
         if "\n" in value or "\0" in value:
             raise UsageError(f"{key}: the value must be a single line")
