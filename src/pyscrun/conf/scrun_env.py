@@ -130,6 +130,7 @@ def job_options(environ: Mapping[str, str], config_env: Iterable[str]) -> dict[s
     found: dict[str, str] = {}
     for source in (environ.items(), (e.partition("=")[::2] for e in config_env)):
         given = dict(source)
+        # Aliases first: a variable's own name, given too, wins.
         for key in sorted((k for k in given if k in JOB_OPTIONS),
                           key=lambda k: k == JOB_OPTIONS[k].variable):
             found[JOB_OPTIONS[key].variable] = given[key]
