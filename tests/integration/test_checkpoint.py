@@ -307,6 +307,29 @@ def test_restore_from_missing_or_corrupt_images(runtime: Runtime, tmp_path: Path
     shutil.rmtree(images)
 
 
+def test_restore_from_a_read_only_image_path(runtime: Runtime, tmp_path: Path) -> None:
+    """Images that can be read but not written beside (a read-only share) restore, as
+    with runc given a --work-path elsewhere: the nodes are sent them."""
+    bundle = make_bundle(tmp_path, ["sh", "-c", COUNTER])
+    _scrun_ok(runtime, "create", "-b", str(bundle), "ro0")
+    _scrun_ok(runtime, "start", "ro0")
+    time.sleep(1)
+    images = tmp_path / "img"
+    _scrun_ok(runtime, "checkpoint", "--image-path", str(images), "ro0")
+    _scrun_ok(runtime, "delete", "ro0")
+    subprocess.run(["mount", "--bind", str(images), str(images)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(images)], check=True)
+        done = runtime.scrun("restore", "--image-path", str(images), "--work-path",
+                             str(tmp_path / "work"), "-b", str(bundle), "ro1")
+        assert done.returncode == 0, done.stderr
+        assert _status(runtime, "ro1") == "running"
+        _scrun_ok(runtime, "delete", "--force", "ro1")
+    finally:
+        subprocess.run(["umount", str(images)], check=True)
+    assert sorted(p.name for p in images.iterdir() if p.name.startswith(".")) == []
+
+
 # Slurm's container guide gives runc a --root of its own in every oci.conf example.
 OWN_ROOT_OCI_CONF = "".join(
     f'{directive}="runc --root /run/pyscrun-own-root {rest}"\n' for directive, rest in (

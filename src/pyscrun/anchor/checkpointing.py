@@ -14,6 +14,7 @@ import time
 from pyscrun import jsonc
 from pyscrun.anchor.answers import Answers
 from pyscrun.channel.files import TreeReceiver
+from pyscrun.errors import CheckpointError
 from pyscrun.fs import remove_tree, write_atomic
 from pyscrun.node.criu import MANIFEST, PROBE, task_image_dir, task_work_dir
 
@@ -26,11 +27,15 @@ if TYPE_CHECKING:
 def place_probe(image_path: str) -> str:
     """A file of a random name in the image path: a node that sees it shares the
     directory (the cluster file system) and writes or reads the images there itself;
-    one that does not gets them over the channel."""
-    os.makedirs(image_path, exist_ok=True)
+    one that does not gets them over the channel. CheckpointError if it cannot be
+    written there."""
     probe = os.path.join(image_path, f".pyscrun-probe-{os.urandom(8).hex()}")
-    with open(probe, "x"):
-        pass
+    try:
+        os.makedirs(image_path, exist_ok=True)
+        with open(probe, "x"):
+            pass
+    except OSError as err:
+        raise CheckpointError(f"cannot write in {image_path}: {err.strerror}") from None
     return probe
 
 

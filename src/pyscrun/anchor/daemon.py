@@ -24,9 +24,9 @@ from pyscrun.anchor.stdio import HIGH_WATER, CallerStdio
 from pyscrun.anchor.task_orders import TaskOrder
 from pyscrun.backends.base import Allocation, Step
 from pyscrun.channel import frames
-from pyscrun.errors import ScrunError
+from pyscrun.errors import CheckpointError, ScrunError
 from pyscrun.fs import write_all, write_atomic
-from pyscrun.node.criu import PROBE
+from pyscrun.node.criu import PROBE, UNPROBED
 from pyscrun.oci.state import (
     CREATED,
     PAUSED,
@@ -154,8 +154,14 @@ class Anchor(Ending):
         if self.request.restore is not None:
             from pyscrun.anchor.checkpointing import place_probe
 
-            self.restore_probe = place_probe(str(self.request.restore["image_path"]))
-            self.request.restore[PROBE] = os.path.basename(self.restore_probe)
+            try:
+                self.restore_probe = place_probe(str(self.request.restore["image_path"]))
+                self.request.restore[PROBE] = os.path.basename(self.restore_probe)
+            except CheckpointError as err:
+                # Images that can be read but not written beside (a read-only share):
+                # they go to the nodes over the channel.
+                log.current.info(f"{err}: the nodes are sent the images")
+                self.request.restore[PROBE] = UNPROBED
             self._start()
 
     def run(self, ready_fd: int) -> NoReturn:

@@ -15,7 +15,7 @@ from pyscrun.anchor.stdio import CallerStdio
 from pyscrun.backends.base import LaunchRequest
 from pyscrun.channel import frames
 from pyscrun.conf import scrun_env
-from pyscrun.errors import BackendError, InvalidState, ScrunError
+from pyscrun.errors import BackendError, CheckpointError, InvalidState, ScrunError
 from pyscrun.oci.state import CREATED, RUNNING
 from pyscrun.watch import watch
 
@@ -151,8 +151,8 @@ class Launch(Orders):
                 try:
                     self.bundle_probe = place_probe(self.staging.bundle)
                     agent_env["PYSCRUN_AGENT_BUNDLE_PROBE"] = os.path.basename(self.bundle_probe)
-                except OSError as err:
-                    log.current.debug(f"no probe in the bundle ({err.strerror}): nodes see it")
+                except CheckpointError as err:
+                    log.current.debug(f"no probe in the bundle ({err}): nodes see it")
         pass_stdio = self.backend.name == "slurm" and self.terminal_fd is None
         if pass_stdio:
             self.stdio = CallerStdio()

@@ -25,6 +25,8 @@ PASSED_ON = {
 }
 MANIFEST = "pyscrun-checkpoint.json"
 PROBE = "probe"
+# The probe of an image path the anchor could not write in: no node looks for it.
+UNPROBED = "unprobed"
 
 
 def task_image_dir(image_path: str, task_id: str) -> str:
@@ -52,8 +54,11 @@ def _work_dir(order: Mapping[str, Any], task_id: str) -> str:
 
 def images_here(order: Mapping[str, Any]) -> bool:
     """Whether this node sees the image path the caller gave (the cluster file system):
-    the anchor left a probe file of a random name there for the nodes to find."""
+    the anchor left a probe file of a random name there for the nodes to find, or
+    could not (UNPROBED: a read-only image path) and sends the images."""
     probe = order.get(PROBE)
+    if probe == UNPROBED:
+        return False
     return not probe or os.path.exists(os.path.join(str(order["image_path"]), str(probe)))
 
 

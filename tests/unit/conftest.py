@@ -1,0 +1,26 @@
+"""Fixtures shared by the unit tests."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from pyscrun import log
+from tests.unit.anchor_harness import Harness
+
+
+@pytest.fixture
+def harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str], Harness]]:
+    # The CLI configures the process's logger: the next test gets its own back.
+    monkeypatch.setattr(log, "current", log.current)
+    made: list[Harness] = []
+
+    def make(status: str) -> Harness:
+        made.append(Harness(tmp_path, status))
+        return made[-1]
+
+    yield make
+    for one in made:
+        one.close()
