@@ -35,7 +35,8 @@ ID = "c1"
 
 class Agent(threading.Thread):
     """Task 0's node agent: says hello, reports its container running and does every
-    pause, resume, ... it is ordered; the orders it got, in turn."""
+    pause, resume, ..., checkpoint (its images where the anchor sees them) it is
+    ordered; the orders it got, in turn."""
 
     def __init__(self, port: int, secret: bytes) -> None:
         super().__init__(daemon=True)
@@ -55,6 +56,8 @@ class Agent(threading.Thread):
                     if order["op"] in RULES:
                         link.send_message({"event": "ordered", "order": order["op"],
                                            "error": None}, 5)
+                    elif order["op"] == "checkpoint":
+                        link.send_message({"event": "checkpointed", "error": None}, 5)
         except peer.PeerGone:
             pass  # the anchor closed the channel: the test is over
         link.close()

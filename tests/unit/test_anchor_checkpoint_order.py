@@ -3,14 +3,15 @@ line; the anchor goes on serving and its container goes on running (it used to e
 both). The CLI checks the path first: a client that skips the check, or a path that
 becomes unwritable between the check and the order, reaches the anchor as here.
 
-A real anchor with its agent on loopback (anchor_harness.py); the fault is real: a
-regular file where the image directory is to be.
+A real anchor with its agent on loopback (anchor_harness.py); the faults are real: a
+regular file where the image directory is to be, a directory where the manifest is.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from pyscrun.node.criu import MANIFEST
 from pyscrun.oci.state import RUNNING
 
 TYPE_CHECKING = False
@@ -32,3 +33,22 @@ def test_an_image_path_that_cannot_be_written_fails_the_checkpoint_not_the_ancho
     assert "checkpoint" not in one.agent.orders
     assert one.ask({"op": "state"})["state"]["status"] == RUNNING
     assert one.anchor.exit_status is None
+
+
+def test_a_manifest_that_cannot_be_written_fails_the_checkpoint_in_one_line(
+        harness: Callable[[str], Harness], tmp_path: Path) -> None:
+    one = harness(RUNNING)
+    images = tmp_path / "images"
+    (images / MANIFEST).mkdir(parents=True)
+    (images / MANIFEST / "kept").write_text("")
+    (images / "pages-1.img").write_text("dumped")
+    reply = one.ask({"op": "checkpoint", "image_path": str(images), "work_path": "",
+                     "leave_running": True})
+    assert reply["ok"] is False
+    assert reply["error"].startswith(f"cannot write the checkpoint's manifest in {images}: ")
+    assert "\n" not in reply["error"]
+    assert one.agent.orders == ["checkpoint"]
+    # Images without a manifest are no checkpoint: what was dumped (and what stood in
+    # the manifest's place) is gone.
+    assert list(images.iterdir()) == []
+    assert one.ask({"op": "state"})["state"]["status"] == RUNNING

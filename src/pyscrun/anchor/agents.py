@@ -147,7 +147,15 @@ class Agents:
             log.current.error(f"checkpoint failed: {'; '.join(errors)}")
             done.discard_images()
             return {"ok": False, "error": "; ".join(errors)}
-        done.write_manifest(container_id, job_id, self.nodes())
+        try:
+            done.write_manifest(container_id, job_id, self.nodes())
+        except OSError as err:
+            # Images without their manifest are no checkpoint: none is left to restore.
+            error = f"cannot write the checkpoint's manifest in {done.order['image_path']}: " \
+                    f"{err.strerror}"
+            log.current.error(f"checkpoint failed: {error}")
+            done.discard_images()
+            return {"ok": False, "error": error}
         if done.stop_after:
             self.kill(9)
         return {"ok": True}
