@@ -81,6 +81,31 @@ return slurm.SUCCESS
     assert sorted(names) == [f"n{i}" for i in range(1, NODES + 1)]
 
 
+def test_commands_run_with_the_jobs_variables(staged: tuple[Runtime, Path]) -> None:
+    """As Slurm's scrun runs them: allocator_command here and remote_command on the
+    node see the output variables and the job's id."""
+    runtime, base = staged
+    out = base / "seen"
+    (runtime.conf_dir / "scrun.lua").write_text(f"""\
+function slurm_scrun_stage_in(id, bundle, spool_dir, config_file, job_id, user_id, group_id, job_env)
+  local script = 'echo "$SCRUN_CONTAINER_ID $SLURM_JOB_ID $SCRUN_SPOOL_DIR"'
+  local _, here = slurm.allocator_command(script)
+  local _, there = slurm.remote_command(script)
+  local file = io.open("{out}", "w")
+  file:write(string.format("%s %d %s\\n%s%s", id, job_id, spool_dir, here, there))
+  file:close()
+  return slurm.SUCCESS
+end
+function slurm_scrun_stage_out() return slurm.SUCCESS end
+return slurm.SUCCESS
+""")
+    _podman_ok(runtime, "run", "--rm", IMAGE, "true")
+    given, here, there = out.read_text().splitlines()
+    assert given.split()[0] and given.split()[1] != "0"
+    assert here == given
+    assert there == given
+
+
 STAGE_FUNCTIONS = """\
 function slurm_scrun_stage_in() return slurm.SUCCESS end
 function slurm_scrun_stage_out() return slurm.SUCCESS end

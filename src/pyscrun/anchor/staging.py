@@ -45,16 +45,23 @@ class Staging:
             in_a_job=self.backend.name != "local",
         )
 
+    def job_env(self, allocation: Allocation) -> dict[str, str]:
+        """The job's variables: the output variables (as the container runs now) and the
+        allocation's, which stage_in gets and scrun.lua's commands run with."""
+        return {**self.output_env(), **allocation.env}
+
     def stage_in(self, allocation: Allocation) -> None:
         site, state = self.request.site, self.state
         self.hooks = load_hooks(
             site.scrun_lua,
-            lambda script: self.backend.remote_command(site, allocation, script),
+            lambda script: self.backend.remote_command(site, allocation, script,
+                                                       self.job_env(allocation)),
             state.bundle, state.rootfs,
+            lambda script: _run_here(script, self.job_env(allocation)),
         )
         if self.hooks is None:
             return
-        job_env = [f"{k}={v}" for k, v in {**self.output_env(), **allocation.env}.items()]
+        job_env = [f"{k}={v}" for k, v in self.job_env(allocation).items()]
         staged = self.hooks.stage_in(
             state.id, state.bundle, self.request.store.spool_dir(state.id),
             self.request.bundle.config_path, _job_number(allocation.job_id),
@@ -78,7 +85,8 @@ class Staging:
 
 
 def load_hooks(path: str, remote_command: Callable[[str], tuple[int, str]], bundle: str,
-               root_path: str) -> ScrunLua | None:
+               root_path: str, allocator_command: Callable[[str], tuple[int, str]] | None = None,
+               ) -> ScrunLua | None:
     """The site's scrun.lua, loaded; None (said at info level) if there is none."""
     if not os.path.lexists(path):
         log.current.info(f"no {path}: containers are not staged")
@@ -88,7 +96,7 @@ def load_hooks(path: str, remote_command: Callable[[str], tuple[int, str]], bund
 
     from pyscrun.hooks import lua
 
-    return lua.load(Path(path), remote_command, bundle, root_path)
+    return lua.load(Path(path), remote_command, bundle, root_path, allocator_command)
 
 
 def _job_number(job_id: str) -> int:
@@ -96,3 +104,10 @@ def _job_number(job_id: str) -> int:
     its pid."""
     number = job_id.removeprefix("local").partition(".")[0]
     return int(number) if number.isdigit() else 0
+
+
+def _run_here(script: str, env: dict[str, str]) -> tuple[int, str]:
+    """scrun.lua's allocator_command: loaded only when a script runs one."""
+    from pyscrun.shell import run_shell
+
+    return run_shell(script, env)

@@ -114,8 +114,10 @@ class Backend:
     def release(self, site: Site, allocation: Allocation) -> None:
         raise NotImplementedError
 
-    def remote_command(self, site: Site, allocation: Allocation, script: str) -> tuple[int, str]:
-        """Run `/bin/sh -c script` once on every node of the job: (status, output)."""
+    def remote_command(self, site: Site, allocation: Allocation, script: str,
+                       env: dict[str, str]) -> tuple[int, str]:
+        """Run `/bin/sh -c script` once on every node of the job, with env (the job's
+        variables) over the anchor's environment: (status, output)."""
         raise NotImplementedError
 
     def cleanup_orphan(self, site: Site, state: ContainerState) -> None:

@@ -17,15 +17,7 @@ from pyscrun.conf.site import Site
 from pyscrun.console import make_controlling_terminal
 from pyscrun.node import exec_into_command
 from pyscrun.oci.state import ContainerState
-
-
-def run_shell(script: str) -> tuple[int, str]:
-    """`/bin/sh -c script` here: its status and its stdout and stderr together."""
-    import subprocess
-
-    done = subprocess.run(["/bin/sh", "-c", script], stdin=subprocess.DEVNULL,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
-    return done.returncode, done.stdout.decode(errors="replace")
+from pyscrun.shell import run_shell
 
 
 class LocalBackend(Backend):
@@ -80,8 +72,9 @@ class LocalBackend(Backend):
     def release(self, site: Site, allocation: Allocation) -> None:
         """Nothing is held beyond the agent, which is gone by now."""
 
-    def remote_command(self, site: Site, allocation: Allocation, script: str) -> tuple[int, str]:
-        return run_shell(script)
+    def remote_command(self, site: Site, allocation: Allocation, script: str,
+                       env: dict[str, str]) -> tuple[int, str]:
+        return run_shell(script, env)
 
     def cleanup_orphan(self, site: Site, state: ContainerState) -> None:
         """A local agent notices its anchor is gone and ends the container itself."""

@@ -225,7 +225,8 @@ class SlurmBackend(Backend):
         if allocation.owned:
             self._cancel(site, allocation.job_id)
 
-    def remote_command(self, site: Site, allocation: Allocation, script: str) -> tuple[int, str]:
+    def remote_command(self, site: Site, allocation: Allocation, script: str,
+                       env: dict[str, str]) -> tuple[int, str]:
         # Without a node count srun would start one task on the job's first node only.
         nodes = run_command(site, ["squeue", "-h", "-j", allocation.job_id, "-o", "%D"])
         if nodes.returncode != 0 or not nodes.stdout.strip().isdigit():
@@ -239,7 +240,8 @@ class SlurmBackend(Backend):
         import subprocess
 
         log.current.debug(f"slurm: {' '.join(argv)}")
-        done = subprocess.run(identity.as_real_user(argv), env=_env(site),
+        # srun takes the job's variables to every task.
+        done = subprocess.run(identity.as_real_user(argv), env=_env(site, env),
                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, check=False)
         return done.returncode, done.stdout.decode(errors="replace")

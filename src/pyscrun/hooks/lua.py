@@ -63,9 +63,10 @@ class ScrunLua:
     """One loaded scrun.lua with its own Lua state; use load() to make one."""
 
     def __init__(self, path: Path, remote_command: CommandRunner, bundle: str,
-                 root_path: str) -> None:
+                 root_path: str, allocator_command: CommandRunner) -> None:
         self.path = path
         self.remote_command = remote_command
+        self.allocator_command = allocator_command
         self.orig_bundle, self.orig_root_path = bundle, root_path
         self.bundle, self.root_path = bundle, root_path
         lupa = importlib.import_module("lupa.lua54")
@@ -199,10 +200,8 @@ class ScrunLua:
         return _exit_status(status), _bytes(output)
 
     def _allocator_command(self, script: bytes) -> tuple[int, bytes]:
-        from pyscrun.backends.local import run_shell
-
         log.current.debug(f"scrun.lua: allocator command: {os.fsdecode(script)}")
-        status, output = run_shell(os.fsdecode(script))
+        status, output = self.allocator_command(os.fsdecode(script))
         return _exit_status(status), _bytes(output)
 
     def _time_str2mins(self, text: bytes | None) -> int:
@@ -216,8 +215,14 @@ def _as_int(number: Any) -> int:
     return int(number)
 
 
-def load(path: Path, remote_command: CommandRunner, bundle: str, root_path: str) -> ScrunLua:
-    """The script at path, loaded and checked."""
-    hooks = ScrunLua(path, remote_command, bundle, root_path)
+def load(path: Path, remote_command: CommandRunner, bundle: str, root_path: str,
+         allocator_command: CommandRunner | None = None) -> ScrunLua:
+    """The script at path, loaded and checked. Its commands: remote_command on the job's
+    nodes, allocator_command here (by default a shell with this process's environment)."""
+    if allocator_command is None:
+        from pyscrun.shell import run_shell
+
+        allocator_command = run_shell
+    hooks = ScrunLua(path, remote_command, bundle, root_path, allocator_command)
     hooks._load()
     return hooks
