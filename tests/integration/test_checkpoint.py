@@ -307,16 +307,23 @@ def test_restore_from_missing_or_corrupt_images(runtime: Runtime, tmp_path: Path
     shutil.rmtree(images)
 
 
+def _checkpointed_and_deleted(runtime: Runtime, bundle: Path, container_id: str,
+                              images: Path) -> Path:
+    """Images of a container of bundle, run for a second through scrun's own verbs,
+    checkpointed into images and deleted."""
+    _scrun_ok(runtime, "create", "-b", str(bundle), container_id)
+    _scrun_ok(runtime, "start", container_id)
+    time.sleep(1)
+    _scrun_ok(runtime, "checkpoint", "--image-path", str(images), container_id)
+    _scrun_ok(runtime, "delete", container_id)
+    return images
+
+
 def test_restore_from_a_read_only_image_path(runtime: Runtime, tmp_path: Path) -> None:
     """Images that can be read but not written beside (a read-only share) restore, as
     with runc given a --work-path elsewhere: the nodes are sent them."""
     bundle = make_bundle(tmp_path, ["sh", "-c", COUNTER])
-    _scrun_ok(runtime, "create", "-b", str(bundle), "ro0")
-    _scrun_ok(runtime, "start", "ro0")
-    time.sleep(1)
-    images = tmp_path / "img"
-    _scrun_ok(runtime, "checkpoint", "--image-path", str(images), "ro0")
-    _scrun_ok(runtime, "delete", "ro0")
+    images = _checkpointed_and_deleted(runtime, bundle, "ro0", tmp_path / "img")
     subprocess.run(["mount", "--bind", str(images), str(images)], check=True)
     try:
         subprocess.run(["mount", "-o", "remount,bind,ro", str(images)], check=True)
@@ -357,12 +364,7 @@ def test_a_container_deleted_as_soon_as_it_is_restored_leaves_nothing(
     agent to kill after 5 s, its criu-root mount behind and the container's runc
     state undeletable)."""
     bundle = make_bundle(tmp_path, ["sh", "-c", "while true; do sleep 0.2; done"])
-    _scrun_ok(runtime, "create", "-b", str(bundle), "orig")
-    _scrun_ok(runtime, "start", "orig")
-    time.sleep(1)
-    images = tmp_path / "img"
-    _scrun_ok(runtime, "checkpoint", "--image-path", str(images), "orig")
-    _scrun_ok(runtime, "delete", "orig")
+    images = _checkpointed_and_deleted(runtime, bundle, "orig", tmp_path / "img")
     for attempt in range(4):
         name = f"again{attempt}"
         _scrun_ok(runtime, "restore", "--image-path", str(images), "-b", str(bundle), name)

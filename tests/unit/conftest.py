@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -24,3 +25,13 @@ def harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callabl
     yield make
     for one in made:
         one.close()
+
+
+@pytest.fixture
+def logged(monkeypatch: pytest.MonkeyPatch) -> Iterator[io.StringIO]:
+    """Everything logged, at every level, as 'level: message' lines."""
+    out = io.StringIO()
+    logger = log.Logger()
+    logger.stderr_level, logger.stderr, logger.prefix = log.DEBUG5, out, "t"
+    monkeypatch.setattr(log, "current", logger)
+    yield out

@@ -6,12 +6,10 @@ import io
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from pyscrun import log
 from pyscrun.anchor import staging
 from pyscrun.hooks import lua
 
@@ -19,16 +17,6 @@ STAGE_FUNCTIONS = """\
 function slurm_scrun_stage_in() return slurm.SUCCESS end
 function slurm_scrun_stage_out() return slurm.SUCCESS end
 """
-
-
-@pytest.fixture
-def logged(monkeypatch: pytest.MonkeyPatch) -> Iterator[io.StringIO]:
-    """Everything logged, at every level, as 'level: message' lines."""
-    out = io.StringIO()
-    logger = log.Logger()
-    logger.stderr_level, logger.stderr, logger.prefix = log.DEBUG5, out, "t"
-    monkeypatch.setattr(log, "current", logger)
-    yield out
 
 
 class Runner:

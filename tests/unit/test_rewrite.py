@@ -2,11 +2,9 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Iterator
 
 import pytest
 
-from pyscrun import log
 from pyscrun.conf.scrun_env import ALLOC, STEP, arguments, job_options
 from pyscrun.errors import UsageError
 from pyscrun.node.rewrite import env_file_content, rewrite
@@ -39,16 +37,6 @@ def test_rewrite_merges_filters_mounts_and_drops_hooks() -> None:
 def test_env_file_separators() -> None:
     assert env_file_content(["A=1", "B=2"], "null") == b"A=1\0B=2\0"
     assert env_file_content(["A=1"], "newline") == b"A=1\n"
-
-
-@pytest.fixture
-def logged(monkeypatch: pytest.MonkeyPatch) -> Iterator[io.StringIO]:
-    """Everything logged, at every level, as 'level: message' lines."""
-    out = io.StringIO()
-    logger = log.Logger()
-    logger.stderr_level, logger.stderr, logger.prefix = log.DEBUG5, out, "t"
-    monkeypatch.setattr(log, "current", logger)
-    yield out
 
 
 def test_newline_env_file_drops_multiline_values(logged: io.StringIO) -> None:
