@@ -82,3 +82,22 @@ def test_a_first_checkpoint_whose_place_cannot_be_synced_is_not_left(
     with pytest.raises(CheckpointError):
         _checkpoint(tmp_path, "first")
     assert os.listdir(tmp_path) == []
+
+
+def test_a_directory_with_someone_elses_manifest_is_refused_and_left_alone(tmp_path: Path) -> None:
+    (tmp_path / "ck").mkdir()
+    (tmp_path / "ck" / "manifest.json").write_text('{"name": "my web app"}\n')
+    (tmp_path / "ck" / "results.csv").write_text("1,2\n")
+    with pytest.raises(CheckpointError, match="is not empty and holds no srun_cr checkpoint"):
+        images.Staging(str(tmp_path / "ck"))
+    assert sorted(os.listdir(tmp_path / "ck")) == ["manifest.json", "results.csv"]
+    assert os.listdir(tmp_path) == ["ck"]
+
+
+def test_a_checkpoint_with_files_of_the_users_beside_it_is_not_replaced(tmp_path: Path) -> None:
+    _checkpoint(tmp_path, "first")
+    (tmp_path / "ck" / "notes.txt").write_text("keep me\n")
+    with pytest.raises(CheckpointError, match="holds 'notes.txt', which is not part of an srun_cr"):
+        images.Staging(str(tmp_path / "ck"))
+    assert (tmp_path / "ck" / "notes.txt").read_text() == "keep me\n"
+    assert _pages(tmp_path) == "first"

@@ -57,6 +57,31 @@ def read_json(path: str) -> dict[str, Any]:
     return data
 
 
+def _is_task_dir_name(name: str) -> bool:
+    return name.startswith("task-") and name[5:].isdigit()
+
+
+def _check_replaceable(path: str) -> None:
+    """A directory a new checkpoint may replace: empty, or an srun_cr checkpoint and
+    nothing else, since replacing it deletes whatever it holds."""
+    try:
+        entries = os.listdir(path)
+    except OSError as err:
+        raise CheckpointError(f"checkpoint directory {path}: {err.strerror}") from None
+    if not entries:
+        return
+    foreign = sorted(e for e in entries if e != MANIFEST and not _is_task_dir_name(e))
+    try:
+        ours = MANIFEST in entries and read_json(os.path.join(path, MANIFEST)).get("format") == FORMAT
+    except (OSError, ValueError):
+        ours = False
+    if not ours or foreign:
+        what = (f"holds {foreign[0]!r}, which is not part of an srun_cr checkpoint" if ours
+                else "holds no srun_cr checkpoint")
+        raise CheckpointError(f"checkpoint directory {path} is not empty and {what}; "
+                              f"name a new or empty directory")
+
+
 class Staging:
     """A checkpoint being written next to its final directory."""
 
@@ -65,13 +90,7 @@ class Staging:
         if os.path.lexists(self.final):
             if not os.path.isdir(self.final):
                 raise CheckpointError(f"checkpoint directory {self.final} exists and is not a directory")
-            try:
-                entries = os.listdir(self.final)
-            except OSError as err:
-                raise CheckpointError(f"checkpoint directory {self.final}: {err.strerror}") from None
-            if entries and MANIFEST not in entries:
-                raise CheckpointError(f"checkpoint directory {self.final} is not empty and holds no "
-                                      f"srun_cr checkpoint; name a new or empty directory")
+            _check_replaceable(self.final)
         parent, name = os.path.split(self.final)
         try:
             if os.path.exists(parent) and not os.path.isdir(parent):
