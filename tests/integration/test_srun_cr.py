@@ -396,3 +396,18 @@ def test_checkpoint_signal_from_sbatch(srun_cr: SrunCr) -> None:
         assert f"step {job}.0 checkpointed to {ckpt}" in out.read_text()
     finally:
         slurm(srun_cr.conf, "scancel", job)
+
+
+def test_export_none_checkpoints_and_the_task_never_sees_the_secret(srun_cr: SrunCr) -> None:
+    counter = srun_cr.script("counter.sh", COUNTER)
+    program = srun_cr.script("env-then-count.sh",
+                             f"#!/bin/sh\nenv > {srun_cr.base}/env.$SLURM_PROCID\nexec {counter}\n")
+    first = srun_cr.start("--export=NONE", "-n1", "-w", "n1", str(program))
+    step = first.step()
+    first.wait_counts(1, 1)
+    ckpt = srun_cr.base / "ckpt"
+    done = srun_cr.checkpoint(step, "--dir", str(ckpt), "--stop")
+    assert done.returncode == 0, done.stderr
+    assert first.wait() == 0, first.stderr()
+    seen = (srun_cr.base / "env.0").read_text()
+    assert "SLURM_PROCID=0" in seen and "SRUN_CR_SECRET" not in seen

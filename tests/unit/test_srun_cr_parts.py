@@ -162,7 +162,7 @@ def test_plan_puts_the_launcher_before_the_command_and_names_the_job() -> None:
     assert argv[3:] == ["--", *python_command("from pyscrun.srun_cr.launcher import main; main()"),
                         "--port", "6000", "--criu", "/usr/sbin/criu", "--", "prog", "-x"]
     assert plan.env({"SLURM_RESTART_DIR": "/old"}, "/s.sock", b"\x01\x02") == {
-        "SLURM_SRUN_CR_SOCKET": "/s.sock", "PYSCRUN_SRUN_CR_SECRET": "0102"}
+        "SLURM_SRUN_CR_SOCKET": "/s.sock", "SLURM_SRUN_CR_SECRET": "0102"}
     assert "--job-name=prog" not in Plan(srunopts.parse(["prog"]), {"SLURM_JOB_NAME": "j"}).options
 
 

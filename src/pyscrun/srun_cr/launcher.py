@@ -306,8 +306,11 @@ def run(argv: list[str], environ: dict[str, str]) -> NoReturn:
 
 def main() -> None:
     log.current.prefix = "srun_cr"
+    environ = dict(os.environ)
+    # Not the task's to see, nor to be written into its checkpoints.
+    os.environ.pop(registry.SECRET_ENV, None)
     try:
-        run(sys.argv[1:], dict(os.environ))
+        run(sys.argv[1:], environ)
     except ScrunError as err:
         log.current.error(str(err))
         sys.exit(1)

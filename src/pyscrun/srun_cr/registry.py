@@ -20,8 +20,9 @@ from pyscrun.errors import CheckpointError
 
 RUN_DIR_ENV = "SRUN_CR_RUN_DIR"
 SOCKET_ENV = "SLURM_SRUN_CR_SOCKET"
-# The step's secret, which its launchers prove they hold when they dial srun_cr.
-SECRET_ENV = "PYSCRUN_SRUN_CR_SECRET"
+# The step's secret, which its launchers prove they hold when they dial srun_cr. SLURM_
+# in its name, since srun passes such variables even with --export=NONE.
+SECRET_ENV = "SLURM_SRUN_CR_SECRET"
 _STEP = re.compile(r"^(\d+)(?:\.(\d+))?$")
 
 
