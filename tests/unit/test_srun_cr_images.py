@@ -97,7 +97,7 @@ def test_a_directory_with_someone_elses_manifest_is_refused_and_left_alone(tmp_p
 def test_a_checkpoint_with_files_of_the_users_beside_it_is_not_replaced(tmp_path: Path) -> None:
     _checkpoint(tmp_path, "first")
     (tmp_path / "ck" / "notes.txt").write_text("keep me\n")
-    with pytest.raises(CheckpointError, match="holds 'notes.txt', which is not part of an srun_cr"):
+    with pytest.raises(CheckpointError, match=r"holds 'notes\.txt', which is not part of an srun_cr"):
         images.Staging(str(tmp_path / "ck"))
     assert (tmp_path / "ck" / "notes.txt").read_text() == "keep me\n"
     assert _pages(tmp_path) == "first"

@@ -12,6 +12,7 @@ status mimicked.
 from __future__ import annotations
 
 import _socket
+import errno
 import os
 import shutil
 import signal
@@ -30,8 +31,11 @@ from pyscrun.srun_cr.srunopts import SrunLine
 
 LAUNCHER_MODULE = "pyscrun.srun_cr.launcher"
 RESTART_ENV = "SLURM_RESTART_DIR"
-# How long a connection to the launchers' port may take to prove itself.
+# How long a connection to the launchers' port may take to prove itself, and how many
+# may be doing so at once: a flood of them cannot take every descriptor.
 HELLO_TIMEOUT = 30.0
+MAX_STRANGERS = 64
+ACCEPT_PAUSE = 1.0
 SEND_TIMEOUT = 30.0
 
 
@@ -128,6 +132,8 @@ class Wrapper:
         self.criu = ""
         self.secret = os.urandom(32)
         self.strangers: list[_Launcher] = []  # connected, no hello yet
+        self.resume_accepting: float | None = None  # when, while out of descriptors
+        self.out_of_descriptors = False
 
     def run(self) -> NoReturn:
         srun = _srun(self.environ)
@@ -195,7 +201,8 @@ class Wrapper:
         try:
             while True:
                 deadlines = [d for d in (self.coordinator.next_deadline(), *control.deadlines(),
-                                         *(c.deadline for c in self.strangers)) if d is not None]
+                                         *(c.deadline for c in self.strangers),
+                                         self.resume_accepting) if d is not None]
                 timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
                 for key, _ in self.selector.select(timeout):
                     if isinstance(key.data, ControlSocket | Connection):
@@ -214,6 +221,9 @@ class Wrapper:
                 control.expire(now)
                 for late in [c for c in self.strangers if c.deadline is not None and c.deadline <= now]:
                     self._close_launcher(late, "it did not say hello in time")
+                if self.resume_accepting is not None and self.resume_accepting <= now:
+                    self.selector.register(launchers, poller.READ, "launchers")
+                    self.resume_accepting = None
                 self.coordinator.tick(now)
         finally:
             os.close(pidfd)
@@ -221,8 +231,20 @@ class Wrapper:
     def _accept_launcher(self, launchers: _socket.socket) -> None:
         try:
             sock = sockets.accept(launchers)
-        except OSError:
+        except OSError as err:
+            if err.errno in (errno.EMFILE, errno.ENFILE):
+                # The connection stays queued and the port readable: accept again a
+                # little later, not in a busy loop until a descriptor is free.
+                if not self.out_of_descriptors:
+                    log.current.error(f"the launchers' port: {err.strerror}: accepting every "
+                                      f"{ACCEPT_PAUSE} s until one is free")
+                    self.out_of_descriptors = True
+                self.selector.unregister(launchers)
+                self.resume_accepting = time.monotonic() + ACCEPT_PAUSE
             return
+        self.out_of_descriptors = False
+        if len(self.strangers) >= MAX_STRANGERS:
+            self._close_launcher(self.strangers[0], "too many connections are waiting to say hello")
         conn = _Launcher(peer.Peer.accepted(sock, self.secret))
         conn.link.sock.setblocking(True)
         conn.link.sock.settimeout(SEND_TIMEOUT)
