@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 
 from pyscrun.errors import CheckpointError
 from pyscrun.srun_cr import images
-from pyscrun.srun_cr.coordinator import Coordinator, Request
+from pyscrun.srun_cr.coordinator import WAIT_FOR_TASKS, Coordinator, Request
 
 
 class Peer:
@@ -116,6 +117,20 @@ def test_request_waits_for_tasks_to_report_then_times_out(tmp_path: Path) -> Non
     assert deadline is not None
     coordinator.tick(deadline + 1)
     assert "only 0 of ? task(s)" in client.got[0]["error"]
+
+
+def test_a_request_behind_a_long_checkpoint_waits_for_it(tmp_path: Path) -> None:
+    coordinator, peers = _step(tmp_path, 2)
+    first, second = Peer(), Peer()
+    coordinator.request(Request(str(tmp_path / "ck1"), False, first))
+    coordinator.request(Request(str(tmp_path / "ck2"), False, second))
+    assert coordinator.next_deadline() is None  # nothing to wait for but the dump
+    coordinator.tick(time.monotonic() + WAIT_FOR_TASKS + 60)
+    assert second.got == []
+    _dump_all(coordinator, peers)
+    assert first.got[0]["ok"] and second.got == []
+    _dump_all(coordinator, peers)
+    assert second.got == [{"ok": True, "step": "7.0", "dir": str(tmp_path / "ck2")}]
 
 
 def test_pending_request_starts_when_the_last_task_reports(tmp_path: Path) -> None:

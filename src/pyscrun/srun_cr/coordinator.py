@@ -107,7 +107,10 @@ class Coordinator:
         self._start_pending()
 
     def tick(self, now: float) -> None:
-        """Fail requests that waited too long for the tasks to report."""
+        """Fail requests that waited too long for the tasks to report (not those
+        waiting behind a checkpoint under way: it ends, however long it takes)."""
+        if self._ready():
+            return
         for request in [r for r in self.pending if r.deadline <= now]:
             self.pending.remove(request)
             have = len(self.launchers)
@@ -125,6 +128,8 @@ class Coordinator:
                 self._dumped(rank, "the step ended during the checkpoint")
 
     def next_deadline(self) -> float | None:
+        if self._ready():
+            return None
         return min((r.deadline for r in self.pending), default=None)
 
     def _ready(self) -> bool:
