@@ -477,3 +477,13 @@ def test_a_flood_of_strangers_on_the_launchers_port_takes_neither_descriptors_no
     done = srun_cr.checkpoint(step, "--dir", str(srun_cr.base / "ckpt"), "--stop")
     assert done.returncode == 0, done.stderr
     assert first.wait() == 0, first.stderr()
+
+
+def test_a_bad_srun_port_range_fails_in_one_line_and_leaves_nothing(srun_cr: SrunCr) -> None:
+    conf = srun_cr.base / "slurm.conf"
+    conf.write_text(srun_cr.conf.read_text() + "\nSrunPortRange=60001-60000\n")
+    done = srun_cr.run("-n1", "true", env={"SLURM_CONF": str(conf)})
+    assert done.returncode == 1
+    assert done.stderr.startswith(f"srun_cr: error: {conf}: SrunPortRange"), done.stderr
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+    assert list(srun_cr.run_dir.iterdir()) == []

@@ -144,11 +144,16 @@ class Wrapper:
                 "not supported yet)")
         self.criu = criu.find(self.environ)
         registry.prepare(self.run_dir)
-        self.socket_path = registry.socket_path(self.run_dir)
-        control = ControlSocket(self.selector, self.socket_path, self._request,
-                                "srun_cr control")
+        # The port first: a bad SrunPortRange leaves no control socket behind.
         ports = site.srun_port_range(site.slurm_conf_path(None, self.environ))
         launchers = tcp.listen(ports)
+        self.socket_path = registry.socket_path(self.run_dir)
+        try:
+            control = ControlSocket(self.selector, self.socket_path, self._request,
+                                    "srun_cr control")
+        except BaseException:
+            launchers.close()
+            raise
         try:
             relay = signals.Relay(signals.catchable())
             relay.block()
