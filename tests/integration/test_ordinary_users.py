@@ -283,3 +283,14 @@ def test_srun_cr_tells_an_ordinary_user_why_not(slurm_user: Runtime) -> None:
     assert done.returncode == 1
     assert said.splitlines() == [said] and "needs root" in said and "srun" in said, said
     assert done.stdout == b""
+
+
+def test_a_launcher_that_may_not_make_the_tasks_pid_namespace_says_so_in_one_line() -> None:
+    """As srun --uid would start it: the task's pid namespace needs root."""
+    from pyscrun.srun_cr.wrapper import launcher_command
+
+    done = account(USER).run([*launcher_command(), "--", "true"], env={"SLURM_PROCID": "1"})
+    assert done.returncode == 1
+    said = done.stderr.decode()
+    assert said.startswith("srun_cr: error: task 1: cannot run the task: "), said
+    assert said.endswith("Operation not permitted\n") and said.count("\n") == 1, said

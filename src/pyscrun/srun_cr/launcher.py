@@ -314,6 +314,12 @@ def main() -> None:
     except ScrunError as err:
         log.current.error(str(err))
         sys.exit(1)
+    except OSError as err:
+        # One line from each task (run as a user who may not make its pid namespace,
+        # say), not a traceback.
+        log.current.error(f"task {environ.get('SLURM_PROCID', '0')}: cannot run the task: "
+                          f"{err.strerror or err}")
+        sys.exit(1)
     except KeyboardInterrupt:
         signals.exit_like(signal.SIGINT)
 
