@@ -487,3 +487,21 @@ def test_a_bad_srun_port_range_fails_in_one_line_and_leaves_nothing(srun_cr: Sru
     assert done.stderr.startswith(f"srun_cr: error: {conf}: SrunPortRange"), done.stderr
     assert len(done.stderr.splitlines()) == 1, done.stderr
     assert list(srun_cr.run_dir.iterdir()) == []
+
+
+def test_a_prefix_srun_accepts_runs_under_srun_cr_and_bcast_is_refused(srun_cr: SrunCr) -> None:
+    # --ext is --extra-node-info to 22.05's srun, ambiguous to 24.11's: as srun has it.
+    theirs = srun_cr.run("--ext=1", "-n1", "true", program="srun")
+    if theirs.returncode == 0:
+        counter = srun_cr.script("counter.sh", COUNTER)
+        first = srun_cr.start("--ext=1", "-n1", "-w", "n1", str(counter))
+        step = first.step()  # registered: the step is srun_cr's, checkpointable
+        srun_cr.scancel(step)
+        first.wait()
+    else:
+        ours = srun_cr.run("--ext=1", "-n1", "true")
+        assert (ours.returncode, ours.stderr) == (theirs.returncode, theirs.stderr)
+    refused = srun_cr.run("--bcast", "-n1", "true")
+    assert refused.returncode == 2  # a usage error, as --multi-prog
+    assert refused.stderr.startswith("srun_cr: error: srun_cr does not support --bcast: ")
+    assert len(refused.stderr.splitlines()) == 1, refused.stderr

@@ -81,8 +81,8 @@ def test_passthrough_line_drops_srun_cr_options_only() -> None:
 
 
 def test_unknown_option_known_to_srun_help_is_followed() -> None:
-    def lookup(name: str) -> int | None:
-        return {"spank-opt": srunopts.REQUIRED}.get(name)
+    def lookup(name: str) -> tuple[str, int] | None:
+        return ("spank-opt", srunopts.REQUIRED) if name == "spank-opt" else None
 
     line = parse(["--spank-opt", "v", "-n2", "prog"], lookup)
     assert line.passthrough is None
@@ -90,13 +90,40 @@ def test_unknown_option_known_to_srun_help_is_followed() -> None:
     assert line.command == ["prog"]
 
 
-def test_restart_without_directory_is_our_error() -> None:
+@pytest.mark.parametrize(("given", "known", "canonical"), [
+    ("ext", "extra-node-info", "extra-node-info"),  # 22.05's srun has neither extra option
+    ("contain", "container", "container"),  # nor --container-id
+    ("ntasks-per-n", "ntasks-per-node", "ntasks-per-node"),
+])
+def test_a_prefix_of_other_versions_options_is_resolved_as_this_srun_knows_it(
+        given: str, known: str, canonical: str) -> None:
+    def lookup(name: str) -> tuple[str, int] | None:
+        return (known, srunopts.REQUIRED) if known.startswith(name) else None
+
+    line = parse([f"--{given}=1", "prog"], lookup)
+    assert line.passthrough is None and line.command == ["prog"]
+    assert srunopts.resolve_long(given, lookup) == (canonical, srunopts.REQUIRED)
+
+
+def test_a_prefix_this_srun_resolves_outside_the_table_is_still_ambiguous() -> None:
+    line = parse(["--ext=1", "prog"], lambda name: ("exterior", srunopts.REQUIRED))
+    assert line.passthrough == "option '--ext' is ambiguous"
+
+
+@pytest.mark.parametrize("argv", [["-n1", "--restart"], ["--restart=", "-n1", "prog"],
+                                  ["--restart", "", "prog"]])
+def test_restart_without_directory_is_our_error(argv: list[str]) -> None:
     with pytest.raises(UsageError, match="requires a checkpoint directory"):
-        parse(["-n1", "--restart"])
+        parse(argv)
 
 
-def test_multi_prog_is_noticed() -> None:
-    assert parse(["--multi-prog", "conf"]).multi_prog
+@pytest.mark.parametrize(("argv", "refused"), [
+    (["--multi-prog", "conf"], "multi-prog"), (["--bcast", "prog"], "bcast"),
+    (["--bcast=/tmp/x", "prog"], "bcast"),
+    (["-n2", "--multi-prog", "--bcast", "conf"], "multi-prog"),
+])
+def test_options_srun_cr_cannot_honour_are_noticed(argv: list[str], refused: str) -> None:
+    assert parse(argv).refused == refused
 
 
 def test_table_is_consistent() -> None:

@@ -60,6 +60,11 @@ SHORT = {
 RESTART = "restart"
 # Options after which srun prints something and exits without running anything.
 _INFORMATIONAL = {"help", "usage", "version"}
+# Options srun_cr cannot honour: srun runs the launcher, which runs the program.
+REFUSED = {
+    "multi-prog": "each task runs the same program under its launcher",
+    "bcast": "srun would copy the launcher's interpreter to the nodes, not the program",
+}
 
 
 @dataclass
@@ -71,7 +76,7 @@ class SrunLine:
     restart: str | None = None
     ntasks: str | None = None
     job_name: str | None = None
-    multi_prog: bool = False
+    refused: str | None = None  # the first option of REFUSED on the line
     # Why the line must go to srun as given (srun prints help or fails), if so; then
     # `given` is that line (srun_cr's own options taken out).
     passthrough: str | None = None
@@ -84,7 +89,10 @@ class _Stop(Exception):
     """The line cannot be followed; the reason becomes SrunLine.passthrough."""
 
 
-def resolve_long(name: str, lookup: Callable[[str], int | None] | None = None) -> tuple[str, int]:
+Lookup = Callable[[str], tuple[str, int] | None]
+
+
+def resolve_long(name: str, lookup: Lookup | None = None) -> tuple[str, int]:
     """A long option's canonical name and argument kind, as getopt_long resolves it."""
     table = {**LONG, RESTART: REQUIRED}
     if name in table:
@@ -93,15 +101,18 @@ def resolve_long(name: str, lookup: Callable[[str], int | None] | None = None) -
     if len(found) == 1:
         canonical = found.pop()
         return canonical, table[canonical]
-    if found:
+    # Not in the table, or a prefix of options of different versions (--ext is only
+    # --extra-node-info to 22.05's srun): as the srun installed here knows it.
+    known = lookup(name) if lookup is not None else None
+    if known is None:
+        raise _Stop(f"option '--{name}' is ambiguous" if found else f"unrecognized option '--{name}'")
+    canonical = ALIASES.get(known[0], known[0])
+    if found and canonical not in found:
         raise _Stop(f"option '--{name}' is ambiguous")
-    kind = lookup(name) if lookup is not None else None
-    if kind is None:
-        raise _Stop(f"unrecognized option '--{name}'")
-    return name, kind
+    return canonical, table.get(canonical, known[1])
 
 
-def parse(argv: list[str], lookup: Callable[[str], int | None] | None = None) -> SrunLine:
+def parse(argv: list[str], lookup: Lookup | None = None) -> SrunLine:
     """Split argv as srun would; `lookup` names options srun has beyond the table
     (e.g. SPANK plugins'), given a long option name, or None if srun does not know it."""
     line = SrunLine()
@@ -113,7 +124,7 @@ def parse(argv: list[str], lookup: Callable[[str], int | None] | None = None) ->
     return line
 
 
-def _parse(argv: list[str], line: SrunLine, lookup: Callable[[str], int | None] | None) -> None:
+def _parse(argv: list[str], line: SrunLine, lookup: Lookup | None) -> None:
     i = 0
     while i < len(argv):
         line.index, line.mark = i, len(line.options)
@@ -165,6 +176,8 @@ def _parse(argv: list[str], line: SrunLine, lookup: Callable[[str], int | None] 
 
 def _take(line: SrunLine, name: str, value: str | None, words: list[str]) -> None:
     if name == RESTART:
+        if not value:
+            raise UsageError("option '--restart' requires a checkpoint directory")
         line.restart = value
         return
     if name in _INFORMATIONAL:
@@ -173,20 +186,22 @@ def _take(line: SrunLine, name: str, value: str | None, words: list[str]) -> Non
         line.ntasks = value
     elif name == "job-name":
         line.job_name = value
-    elif name == "multi-prog":
-        line.multi_prog = True
+    elif name in REFUSED and line.refused is None:
+        line.refused = name
     line.options.extend(words)
 
 
 _HELP_OPTION = re.compile(r"--([A-Za-z0-9][\w-]*)(\[=|=| |$)")
 
 
-def help_lookup(srun: str, env: dict[str, str]) -> Callable[[str], int | None]:
-    """Options srun's --help names that the table does not (SPANK plugins add some)."""
+def help_lookup(srun: str, env: dict[str, str]) -> Lookup:
+    """The option srun's --help names with a name or unique prefix, and its argument
+    kind: options the table lacks (SPANK plugins add some), and which of the table's
+    this srun has."""
     cache: dict[str, int] = {}
     loaded: list[bool] = []
 
-    def lookup(name: str) -> int | None:
+    def lookup(name: str) -> tuple[str, int] | None:
         if not loaded:
             loaded.append(True)
             try:
@@ -200,7 +215,7 @@ def help_lookup(srun: str, env: dict[str, str]) -> Callable[[str], int | None]:
                     cache.setdefault(found.group(1), kind)
         matches = [n for n in cache if n.startswith(name)]
         if name in cache:
-            return cache[name]
-        return cache[matches[0]] if len(matches) == 1 else None
+            return name, cache[name]
+        return (matches[0], cache[matches[0]]) if len(matches) == 1 else None
 
     return lookup

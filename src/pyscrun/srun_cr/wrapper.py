@@ -27,7 +27,7 @@ from pyscrun.errors import BackendError, CheckpointError, UsageError
 from pyscrun.node import python_command
 from pyscrun.srun_cr import criu, images, registry, signals
 from pyscrun.srun_cr.coordinator import Coordinator, Request
-from pyscrun.srun_cr.srunopts import SrunLine
+from pyscrun.srun_cr.srunopts import REFUSED, SrunLine
 
 LAUNCHER_MODULE = "pyscrun.srun_cr.launcher"
 RESTART_ENV = "SLURM_RESTART_DIR"
@@ -82,8 +82,9 @@ class Plan:
         if line.job_name is None and not environ.get("SLURM_JOB_NAME") and self.command:
             # srun names a job after its command, which would be the launcher's python.
             self.options.append(f"--job-name={os.path.basename(self.command[0])}")
-        if line.multi_prog:
-            raise UsageError("srun_cr does not support --multi-prog")
+        if line.refused is not None:
+            raise UsageError(f"srun_cr does not support --{line.refused}: "
+                             f"{REFUSED[line.refused]}")
         if ":" in self.command:
             raise UsageError("srun_cr does not support heterogeneous steps (':' in the command line)")
 
