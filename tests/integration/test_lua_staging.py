@@ -91,19 +91,27 @@ function slurm_scrun_stage_in(id, bundle, spool_dir, config_file, job_id, user_i
   local script = 'echo "$SCRUN_CONTAINER_ID $SLURM_JOB_ID $SCRUN_SPOOL_DIR"'
   local _, here = slurm.allocator_command(script)
   local _, there = slurm.remote_command(script)
+  local annotations = ""
+  for _, entry in ipairs(job_env) do
+    if entry:find("^SCRUN_ANNOTATION_") then annotations = annotations .. " " .. entry end
+  end
   local file = io.open("{out}", "w")
-  file:write(string.format("%s %d %s\\n%s%s", id, job_id, spool_dir, here, there))
+  file:write(string.format("%s %d %s\\n%s%s%s\\n", id, job_id, spool_dir, here, there,
+                           annotations))
   file:close()
   return slurm.SUCCESS
 end
 function slurm_scrun_stage_out() return slurm.SUCCESS end
 return slurm.SUCCESS
 """)
-    _podman_ok(runtime, "run", "--rm", IMAGE, "true")
-    given, here, there = out.read_text().splitlines()
+    _podman_ok(runtime, "run", "--rm", "--annotation", "org.example.tag=v1", IMAGE, "true")
+    given, here, there, annotations = out.read_text().splitlines()
     assert given.split()[0] and given.split()[1] != "0"
     assert here == given
     assert there == given
+    # Slurm's name (the key as given), and one a shell passes on.
+    assert {"SCRUN_ANNOTATION_org.example.tag=v1", "SCRUN_ANNOTATION_ORG_EXAMPLE_TAG=v1"} \
+        <= set(annotations.split())
 
 
 STAGE_FUNCTIONS = """\

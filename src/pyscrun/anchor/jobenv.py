@@ -40,7 +40,9 @@ def output_env(
         env["SLURM_CONTAINER"] = bundle
         env["SLURM_CONTAINER_ID"] = container_id
     for key, value in annotations.items():
-        # Environment names cannot hold dots or dashes: org.foo-bar -> ORG_FOO_BAR.
+        # Slurm's name, the key as it is (what scrun.lua and the step see), and a name
+        # a shell passes on too (none with a dot or dash): org.foo-bar -> ORG_FOO_BAR.
+        env["SCRUN_ANNOTATION_" + key.replace("=", "_")] = value
         name = "".join(c if c in _NAME_CHARS else "_" for c in key)
         env["SCRUN_ANNOTATION_" + name.upper()] = value
     return env
