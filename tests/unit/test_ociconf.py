@@ -66,11 +66,26 @@ def test_every_documented_pattern_is_known() -> None:
 
 def test_create_env_file_values() -> None:
     base = 'RunTimeRun=r\nRunTimeKill=k\nRunTimeDelete=d\n'
-    for value, mode in (("null", "null"), ("newline", "newline"), ("disabled", "disabled"),
-                        ("false", "disabled")):
+    # Slurm's words: 24.11's, and 22.05's booleans.
+    for value, mode in (("null", "null"), ("NULL", "null"), ("Yes", "null"), ("Y", "null"),
+                        ("1", "null"), ("true", "null"), ("up", "null"),
+                        ("newline", "newline"), ("Newline", "newline"),
+                        ("disabled", "disabled"), ("false", "disabled"), ("N", "disabled"),
+                        ("no", "disabled"), ("0", "disabled"), ("down", "disabled")):
         assert ociconf.parse(base + f"CreateEnvFile={value}\n", "f").CreateEnvFile == mode
-    with pytest.raises(ConfigError, match="CreateEnvFile"):
-        ociconf.parse(base + "CreateEnvFile=maybe\n", "f")
+    for bad in ("maybe", "2", "nul"):
+        with pytest.raises(ConfigError, match="CreateEnvFile"):
+            ociconf.parse(base + f"CreateEnvFile={bad}\n", "f")
+
+
+def test_booleans_are_slurms() -> None:
+    base = 'RunTimeRun=r\nRunTimeKill=k\nRunTimeDelete=d\n'
+    for value, flag in (("yes", True), ("UP", True), ("True", True), ("1", True),
+                        ("no", False), ("Down", False), ("FALSE", False), ("0", False)):
+        assert ociconf.parse(base + f"DisableCleanup={value}\n", "f").DisableCleanup is flag
+    for bad in ("y", "n", "on", "off", "2"):
+        with pytest.raises(ConfigError, match="expected true or false"):
+            ociconf.parse(base + f"DisableCleanup={bad}\n", "f")
 
 
 def test_error_names_file_and_line() -> None:

@@ -15,17 +15,22 @@ if TYPE_CHECKING:
 
 RUNTIME_DIRECTIVES = ("RunTimeCreate", "RunTimeDelete", "RunTimeKill", "RunTimeQuery",
                       "RunTimeRun", "RunTimeStart")
-_ENV_FILE_MODES = {"null": "null", "true": "null", "newline": "newline",
-                   "disabled": "disabled", "false": "disabled"}
+# Slurm's spellings, in any case: its booleans (parse_config.c), and CreateEnvFile's
+# words, which 24.11 takes beside Y and N and 22.05 as a boolean.
+_BOOLEANS = {"yes": True, "up": True, "true": True, "1": True,
+             "no": False, "down": False, "false": False, "0": False}
+_ENV_FILE_MODES = {
+    **{word: "null" for word in ("null", "true", "y", "yes", "1", "up")},
+    "newline": "newline",
+    **{word: "disabled" for word in ("disabled", "false", "n", "no", "0", "down")},
+}
 
 
 def _boolean(value: str, where: str) -> bool:
-    lowered = value.lower()
-    if lowered in ("yes", "true", "1", "y"):
-        return True
-    if lowered in ("no", "false", "0", "n"):
-        return False
-    raise ConfigError(f"{where}: expected true or false, found {value!r}")
+    try:
+        return _BOOLEANS[value.lower()]
+    except KeyError:
+        raise ConfigError(f"{where}: expected true or false, found {value!r}") from None
 
 
 def _regex(value: str, where: str) -> re.Pattern[str]:
