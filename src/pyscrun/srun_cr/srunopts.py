@@ -113,8 +113,8 @@ def resolve_long(name: str, lookup: Lookup | None = None) -> tuple[str, int]:
 
 
 def parse(argv: list[str], lookup: Lookup | None = None) -> SrunLine:
-    """Split argv as srun would; `lookup` names options srun has beyond the table
-    (e.g. SPANK plugins'), given a long option name, or None if srun does not know it."""
+    """Split argv as srun would; `lookup` (help_lookup) resolves, as the installed srun
+    does, a long option the table does not name or leaves ambiguous."""
     line = SrunLine()
     try:
         _parse(argv, line, lookup)
