@@ -1,4 +1,5 @@
-"""Accepting connections with the C socket type alone.
+"""Accepting connections with the C socket type alone, and without spinning when out
+of descriptors.
 
 The anchor listens and accepts without the `socket` module: its enums, selectors and
 collections cost 5 ms of CPU, which the anchor would spend while salloc and slurmctld
@@ -8,6 +9,17 @@ need the same CPUs for the container's job.
 from __future__ import annotations
 
 import _socket
+import errno
+import time
+
+from pyscrun import log
+from pyscrun.poller import READ
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from pyscrun.poller import Poller
 
 
 def accept(listener: _socket.socket) -> _socket.socket:
@@ -16,3 +28,58 @@ def accept(listener: _socket.socket) -> _socket.socket:
     # _accept is the C type's accept4(2), on which the socket module's accept is built.
     fd, _ = listener._accept()  # type: ignore[attr-defined]
     return _socket.socket(listener.family, listener.type, listener.proto, fileno=fd)
+
+
+# How long a listener rests when the process is out of descriptors.
+ACCEPT_PAUSE = 1.0
+
+
+class Listener:
+    """A listening socket in a poll loop, accepting until the process runs out of
+    descriptors; then the connection stays queued and the socket readable, so accepting
+    again at once would spin the loop: it rests ACCEPT_PAUSE, then tries again."""
+
+    def __init__(self, selector: Poller, sock: _socket.socket, data: object, name: str) -> None:
+        self.selector = selector
+        self.sock = sock
+        self.data = data
+        self.name = name
+        self.resume_at: float | None = None
+        self.short = False  # out of descriptors since the last accept (said once)
+        selector.register(sock, READ, data)
+
+    def accept(self, make_room: Callable[[], bool] | None = None) -> _socket.socket | None:
+        """The next connection, or None: none is waiting, or no descriptor is free (then
+        make_room, if given, may close one of the caller's; if it did, no rest)."""
+        try:
+            conn = accept(self.sock)
+        except OSError as err:
+            if err.errno in (errno.EMFILE, errno.ENFILE) and \
+                    not (make_room is not None and make_room()):
+                self._rest(err.strerror or "out of descriptors")
+            return None
+        self.short = False
+        return conn
+
+    def _rest(self, why: str) -> None:
+        if not self.short:
+            log.current.error(f"{self.name}: {why}: accepting again every {ACCEPT_PAUSE:.0f} s "
+                              f"until a descriptor is free")
+            self.short = True
+        if self.resume_at is None:
+            self.selector.unregister(self.sock)
+        self.resume_at = time.monotonic() + ACCEPT_PAUSE
+
+    def deadlines(self) -> list[float]:
+        return [] if self.resume_at is None else [self.resume_at]
+
+    def resume(self, now: float) -> None:
+        if self.resume_at is not None and self.resume_at <= now:
+            self.selector.register(self.sock, READ, self.data)
+            self.resume_at = None
+
+    def close(self) -> None:
+        if self.selector.get_key(self.sock) is not None:
+            self.selector.unregister(self.sock)
+        self.resume_at = None
+        self.sock.close()

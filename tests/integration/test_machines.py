@@ -20,6 +20,7 @@ import pytest
 
 from pyscrun.channel import auth, frames
 from pyscrun.node import agent_command
+from tests.integration import starving
 from tests.integration.harness import (
     TASKS_DIR,
     Cluster,
@@ -95,14 +96,6 @@ def counting(cluster: Cluster, tmp_path: Path) -> Iterator[Running]:
     leaks.check()
 
 
-def _challenge(port: int) -> tuple[socket.socket, bytes]:
-    conn = socket.create_connection(("127.0.0.1", port), timeout=10)
-    header = conn.recv(frames.HEADER.size, socket.MSG_WAITALL)
-    kind, length = frames.HEADER.unpack(header)
-    assert kind == frames.CHALLENGE
-    return conn, conn.recv(length, socket.MSG_WAITALL)
-
-
 def _closed_without_a_word(conn: socket.socket) -> bool:
     try:
         return conn.recv(4096) == b""
@@ -116,15 +109,15 @@ def test_strangers_on_the_agents_port_get_nothing_and_change_nothing(counting: R
     """Garbage, a wrong secret, a recorded exchange replayed and a proven connection
     that skips the hello are each dropped with a log line; the container counts on to
     its end and its exit status is its own."""
-    garbage, _ = _challenge(counting.port)
+    garbage, _ = starving.challenge(counting.port)
     garbage.sendall(b"GET / HTTP/1.0\r\n\r\n")
     assert _closed_without_a_word(garbage)
 
-    wrong, challenge = _challenge(counting.port)
+    wrong, challenge = starving.challenge(counting.port)
     wrong.sendall(frames.frame(frames.RESPONSE, auth.answer(b"x" * 32, challenge)))
     assert _closed_without_a_word(wrong)
 
-    recorded, challenge = _challenge(counting.port)
+    recorded, challenge = starving.challenge(counting.port)
     answer = frames.frame(frames.RESPONSE, auth.answer(counting.secret, challenge))
     recorded.sendall(answer)
     proof = recorded.recv(4096)
@@ -133,7 +126,7 @@ def test_strangers_on_the_agents_port_get_nothing_and_change_nothing(counting: R
     recorded.sendall(frames.message({"event": "exit", "status": 0}))
     assert _closed_without_a_word(recorded)
 
-    replay, _ = _challenge(counting.port)
+    replay, _ = starving.challenge(counting.port)
     replay.sendall(answer + frames.message({"op": "agent-hello", "task": "0", "node": "x"}))
     assert _closed_without_a_word(replay)
 
@@ -143,6 +136,24 @@ def test_strangers_on_the_agents_port_get_nothing_and_change_nothing(counting: R
     assert counting.out.read_text().split() == [str(i) for i in range(40)]
     refusals = [line for line in counting.runtime.log_errors() if "refused a connection" in line]
     assert len(refusals) == 4, refusals
+
+
+def test_an_anchor_out_of_descriptors_neither_spins_nor_stops_accepting(
+        cluster: Cluster, tmp_path: Path) -> None:
+    conf = cluster.up(1)
+    runtime = make_slurm_runtime(tmp_path, conf)
+    leaks = ScopedLeakCheck(runtime, str(tmp_path), conf)
+    counter = ["sh", "-c", "i=0; while [ $i -lt 100 ]; do echo $i; i=$((i+1)); sleep 0.1; done; "
+               "exit 7"]
+    running = Running(runtime, make_bundle(tmp_path, counter), tmp_path / "out", "c2")
+    anchor = int(json.loads((runtime.root / "c2" / "state.json").read_text())["pid"])
+    starving.out_of_descriptors(anchor, running.port, lambda: "\n".join(runtime.log_errors()),
+                       "the agents' port: Too many open files")
+    wait_for(lambda: running.state()["status"] == "stopped", 30, "the container to end")
+    assert running.exit_status() == 7
+    assert running.out.read_text().split() == [str(i) for i in range(100)]
+    runtime.scrun("delete", "--force", "c2")
+    leaks.check()
 
 
 def _agent_on_node(conf: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

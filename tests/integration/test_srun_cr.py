@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import resource
 import signal
 import socket
 import subprocess
@@ -23,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from pyscrun.channel import frames
+from tests.integration import starving
 from tests.integration.harness import (
     Cluster,
     processes_mentioning,
@@ -422,18 +421,6 @@ def _launchers_port(wrapper: int) -> int:
     return int(argv[argv.index(b"--port") + 1])
 
 
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _challenged(port: int) -> socket.socket:
-    conn = socket.create_connection(("127.0.0.1", port), timeout=10)
-    kind, _ = frames.HEADER.unpack(conn.recv(frames.HEADER.size, socket.MSG_WAITALL))
-    assert kind == frames.CHALLENGE
-    return conn
-
-
 def test_a_flood_of_strangers_on_the_launchers_port_takes_neither_descriptors_nor_cpu(
         srun_cr: SrunCr) -> None:
     counter = srun_cr.script("counter.sh", COUNTER)
@@ -442,37 +429,18 @@ def test_a_flood_of_strangers_on_the_launchers_port_takes_neither_descriptors_no
     first.wait_counts(1, 1)
     wrapper = first.proc.pid
     port = _launchers_port(wrapper)
-    descriptors = len(os.listdir(f"/proc/{wrapper}/fd"))
-    held = [_challenged(port) for _ in range(100)]
+    before = starving.descriptors(wrapper)
+    held = [starving.challenge(port)[0] for _ in range(100)]
     # At most 64 strangers at once: the oldest are closed as new ones come.
-    assert len(os.listdir(f"/proc/{wrapper}/fd")) <= descriptors + 64
+    assert starving.descriptors(wrapper) <= before + 64
     assert "too many connections are waiting to say hello" in first.stderr()
 
     for conn in held:
         conn.close()
-    wait_for(lambda: len(os.listdir(f"/proc/{wrapper}/fd")) == descriptors, 10,
+    wait_for(lambda: starving.descriptors(wrapper) == before, 10,
              "the wrapper to close the strangers' connections")
-
-    # Out of descriptors (a real limit, set from outside, a few above the highest open
-    # descriptor): no busy loop, and accepting again once there are descriptors.
-    limit = resource.prlimit(wrapper, resource.RLIMIT_NOFILE)
-    highest = max(int(fd) for fd in os.listdir(f"/proc/{wrapper}/fd"))
-    resource.prlimit(wrapper, resource.RLIMIT_NOFILE, (highest + 4, limit[1]))
-    free = highest + 4 - descriptors
-    assert free < 64, "too many holes below the highest descriptor for this test"
-    held = [_challenged(port) for _ in range(free)]
-    queued = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(5)]
-    wait_for(lambda: "Too many open files" in first.stderr(), 10, "the wrapper to run out")
-    cpu = _cpu_seconds(wrapper)
-    time.sleep(3)
-    assert _cpu_seconds(wrapper) - cpu < 0.5, "the wrapper spins while out of descriptors"
-    resource.prlimit(wrapper, resource.RLIMIT_NOFILE, limit)
-    for conn in queued:  # accepted now, each challenged
-        kind, _ = frames.HEADER.unpack(conn.recv(frames.HEADER.size, socket.MSG_WAITALL))
-        assert kind == frames.CHALLENGE
-    for conn in held + queued:
-        conn.close()
-    assert first.stderr().count("Too many open files") == 1, first.stderr()
+    starving.out_of_descriptors(wrapper, port, first.stderr,
+                                "the launchers' port: Too many open files")
 
     done = srun_cr.checkpoint(step, "--dir", str(srun_cr.base / "ckpt"), "--stop")
     assert done.returncode == 0, done.stderr

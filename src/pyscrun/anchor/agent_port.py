@@ -38,18 +38,20 @@ class AgentPort:
         self.agents = agents
         self.secret = secret
         self.on_event, self.on_stream, self.on_gone = on_event, on_stream, on_gone
-        self.listener = tcp.listen(port_range, loopback_only=loopback_only)
-        self.listener.setblocking(False)
-        self.port = tcp.port_of(self.listener)
+        listener = tcp.listen(port_range, loopback_only=loopback_only)
+        listener.setblocking(False)
+        self.port = tcp.port_of(listener)
+        self.listener = sockets.Listener(selector, listener, self, "the agents' port")
         self.strangers: list[AgentLink] = []  # connected, not agents (yet)
-        selector.register(self.listener, poller.READ, self)
 
     def deadlines(self) -> list[float]:
-        return [link.deadline for link in self.strangers if link.deadline is not None]
+        return [*(link.deadline for link in self.strangers if link.deadline is not None),
+                *self.listener.deadlines()]
 
     def expire(self, now: float) -> None:
         for link in [s for s in self.strangers if s.deadline is not None and s.deadline <= now]:
             self.refuse(link, "it did not say hello in time")
+        self.listener.resume(now)
 
     def rearm(self) -> None:
         """Connections are read, and written to while frames wait."""
@@ -73,9 +75,8 @@ class AgentPort:
         self.listener.close()
 
     def _accept(self) -> None:
-        try:
-            sock = sockets.accept(self.listener)
-        except OSError:
+        sock = self.listener.accept()
+        if sock is None:
             return
         if len(self.strangers) >= MAX_STRANGERS:
             self.refuse(self.strangers[0], "too many connections are waiting to say hello")

@@ -11,10 +11,9 @@ from __future__ import annotations
 import os
 import time
 
-from pyscrun import log, messages, poller
+from pyscrun import log, messages, poller, sockets
 from pyscrun.anchor import protocol
 from pyscrun.errors import ScrunError
-from pyscrun.watch import watch
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -60,7 +59,7 @@ class ControlSocket:
         self.clients: list[Connection] = []
         self.crowded_logged = -CLIENT_IDLE
         try:
-            self.listener = protocol.listen(path)
+            listener = protocol.listen(path)
         except OSError as err:
             # The socket's directory is new and private: what fails is its file system
             # (exFAT, some FUSE and network file systems hold no sockets).
@@ -72,8 +71,8 @@ class ControlSocket:
         # of the same id, created while this anchor was still giving its job back).
         made = os.stat(path)
         self.made = (made.st_dev, made.st_ino)
-        self.listener.setblocking(False)
-        selector.register(self.listener, poller.READ, self)
+        listener.setblocking(False)
+        self.listener = sockets.Listener(selector, listener, self, "the control socket")
 
     def ready(self, data: object) -> None:
         """A selector event of this socket: the listener's (data is self) or a client's."""
@@ -83,16 +82,17 @@ class ControlSocket:
             self._read(data)
 
     def deadlines(self) -> list[float]:
-        return [c.active + CLIENT_IDLE for c in self.clients if not c.waiting]
+        return [*(c.active + CLIENT_IDLE for c in self.clients if not c.waiting),
+                *self.listener.deadlines()]
 
     def expire(self, now: float) -> None:
         for client in [c for c in self.clients if not c.waiting and now >= c.active + CLIENT_IDLE]:
             self._drop(client)
+        self.listener.resume(now)
 
     def close(self) -> None:
         for client in list(self.clients):
             self._drop(client)
-        watch(self.selector, self.listener, 0, self)
         self.listener.close()
         try:
             now = os.stat(self.path)
@@ -110,14 +110,10 @@ class ControlSocket:
 
     def _accept(self) -> None:
         try:
-            conn = protocol.accept(self.listener)
-        except BlockingIOError:
-            return
-        except OSError as err:
-            # Out of descriptors: make room rather than spin on the listener.
-            log.current.error(f"cannot accept a request: {err.strerror}")
-            self._drop_idlest()
-            return
+            # Out of descriptors: room is made by closing the idlest client, if any.
+            conn = protocol.accept(self.listener, self._drop_idlest)
+        except OSError:
+            return  # nothing waiting after all, or the peer gone
         if conn is None:
             return
         if len(self.clients) >= MAX_CLIENTS:
@@ -127,16 +123,17 @@ class ControlSocket:
         self.clients.append(client)
         self.selector.register(conn, poller.READ, client)
 
-    def _drop_idlest(self) -> None:
+    def _drop_idlest(self) -> bool:
         idle = [c for c in self.clients if not c.waiting]
         if not idle:
-            return
+            return False
         now = time.monotonic()
         if now >= self.crowded_logged + CLIENT_IDLE:
             # Once per burst: a flood of connections must not flood the log too.
             log.current.error("too many connections to the control socket: closing the idlest")
             self.crowded_logged = now
         self._drop(min(idle, key=lambda c: c.active))
+        return True
 
     def _drop(self, client: Connection) -> None:
         self.detach(client).conn.close()

@@ -16,6 +16,7 @@ from pyscrun.errors import AnchorError
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import socket
+    from collections.abc import Callable
     from typing import Any
 
 MAX_LINE = 1 << 20
@@ -54,10 +55,12 @@ def listen(path: str) -> _socket.socket:
     return server
 
 
-def accept(listener: _socket.socket) -> _socket.socket | None:
+def accept(listener: sockets.Listener, make_room: Callable[[], bool]) -> _socket.socket | None:
     """The next connection, if its peer is this user or root (the kernel's word for it,
-    SO_PEERCRED); None if it is someone else's. accept's own errors are the caller's."""
-    conn = sockets.accept(listener)
+    SO_PEERCRED); None if there is none (listener.accept) or it is someone else's."""
+    conn = listener.accept(make_room)
+    if conn is None:
+        return None
     creds = conn.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, struct.calcsize("3i"))
     if struct.unpack("3i", creds)[1] not in (os.getuid(), 0):  # struct ucred: pid, uid, gid
         conn.close()

@@ -11,8 +11,6 @@ status mimicked.
 
 from __future__ import annotations
 
-import _socket
-import errno
 import os
 import shutil
 import signal
@@ -35,7 +33,6 @@ RESTART_ENV = "SLURM_RESTART_DIR"
 # may be doing so at once: a flood of them cannot take every descriptor.
 HELLO_TIMEOUT = 30.0
 MAX_STRANGERS = 64
-ACCEPT_PAUSE = 1.0
 SEND_TIMEOUT = 30.0
 
 
@@ -133,8 +130,6 @@ class Wrapper:
         self.criu = ""
         self.secret = os.urandom(32)
         self.strangers: list[_Launcher] = []  # connected, no hello yet
-        self.resume_accepting: float | None = None  # when, while out of descriptors
-        self.out_of_descriptors = False
 
     def run(self) -> NoReturn:
         srun = _srun(self.environ)
@@ -147,7 +142,8 @@ class Wrapper:
         registry.prepare(self.run_dir)
         # The port first: a bad SrunPortRange leaves no control socket behind.
         ports = site.srun_port_range(site.slurm_conf_path(None, self.environ))
-        launchers = tcp.listen(ports)
+        launchers = sockets.Listener(self.selector, tcp.listen(ports), "launchers",
+                                     "the launchers' port")
         self.socket_path = registry.socket_path(self.run_dir)
         try:
             control = ControlSocket(self.selector, self.socket_path, self._request,
@@ -158,7 +154,7 @@ class Wrapper:
         try:
             relay = signals.Relay(signals.catchable())
             relay.block()
-            self.srun_pid = self._spawn(srun, tcp.port_of(launchers))
+            self.srun_pid = self._spawn(srun, tcp.port_of(launchers.sock))
             relay.start()
             status = self._serve(control, launchers, relay)
         finally:
@@ -198,17 +194,16 @@ class Wrapper:
         except CheckpointError as err:
             log.current.error(str(err))
 
-    def _serve(self, control: ControlSocket, launchers: _socket.socket,
+    def _serve(self, control: ControlSocket, launchers: sockets.Listener,
                relay: signals.Relay) -> int:
         pidfd = os.pidfd_open(self.srun_pid)
-        self.selector.register(launchers, poller.READ, "launchers")
         self.selector.register(relay.read_fd, poller.READ, "signals")
         self.selector.register(pidfd, poller.READ, "srun")
         try:
             while True:
                 deadlines = [d for d in (self.coordinator.next_deadline(), *control.deadlines(),
                                          *(c.deadline for c in self.strangers),
-                                         self.resume_accepting) if d is not None]
+                                         *launchers.deadlines()) if d is not None]
                 timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
                 for key, _ in self.selector.select(timeout):
                     if isinstance(key.data, ControlSocket | Connection):
@@ -227,28 +222,15 @@ class Wrapper:
                 control.expire(now)
                 for late in [c for c in self.strangers if c.deadline is not None and c.deadline <= now]:
                     self._close_launcher(late, "it did not say hello in time")
-                if self.resume_accepting is not None and self.resume_accepting <= now:
-                    self.selector.register(launchers, poller.READ, "launchers")
-                    self.resume_accepting = None
+                launchers.resume(now)
                 self.coordinator.tick(now)
         finally:
             os.close(pidfd)
 
-    def _accept_launcher(self, launchers: _socket.socket) -> None:
-        try:
-            sock = sockets.accept(launchers)
-        except OSError as err:
-            if err.errno in (errno.EMFILE, errno.ENFILE):
-                # The connection stays queued and the port readable: accept again a
-                # little later, not in a busy loop until a descriptor is free.
-                if not self.out_of_descriptors:
-                    log.current.error(f"the launchers' port: {err.strerror}: accepting every "
-                                      f"{ACCEPT_PAUSE} s until one is free")
-                    self.out_of_descriptors = True
-                self.selector.unregister(launchers)
-                self.resume_accepting = time.monotonic() + ACCEPT_PAUSE
+    def _accept_launcher(self, launchers: sockets.Listener) -> None:
+        sock = launchers.accept()
+        if sock is None:
             return
-        self.out_of_descriptors = False
         if len(self.strangers) >= MAX_STRANGERS:
             self._close_launcher(self.strangers[0], "too many connections are waiting to say hello")
         conn = _Launcher(peer.Peer.accepted(sock, self.secret))
