@@ -1,0 +1,42 @@
+"""What scrun's own command line prints and accepts where runc's does something a
+tool may rely on: checked against runc 1.1's output, as root on the local backend."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.integration.harness import Runtime, make_bundle
+
+LONG_ID = "0123456789abcdef" * 4  # podman's ids are 64 hex digits
+
+
+def _state(runtime: Runtime, container_id: str) -> dict[str, object]:
+    done = runtime.scrun("state", container_id)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
+def test_list_sizes_its_columns_as_runc_does(local_runtime: Runtime, tmp_path: Path) -> None:
+    empty = local_runtime.scrun("list")
+    assert empty.stdout == "ID          PID         STATUS      BUNDLE      CREATED     OWNER\n"
+
+    bundle = make_bundle(tmp_path, ["sleep", "100"])
+    for container_id in (LONG_ID, "c1"):
+        assert local_runtime.scrun("create", "-b", str(bundle), container_id).returncode == 0
+    try:
+        listed = local_runtime.scrun("list").stdout.splitlines()
+        states = [_state(local_runtime, container_id) for container_id in (LONG_ID, "c1")]
+        created = max(len(str(s["created"])) for s in states)
+        # Each column as wide as its widest cell and 3 spaces (at least 12), the last as is.
+        assert listed == [
+            "ID".ljust(67) + "PID".ljust(12) + "STATUS".ljust(12)
+            + "BUNDLE".ljust(len(str(bundle)) + 3) + "CREATED".ljust(max(created + 3, 12))
+            + "OWNER",
+            *(f"{s['id']!s:<67}{s['pid']!s:<12}{'created':<12}{bundle!s:<{len(str(bundle)) + 3}}"
+              f"{s['created']!s:<{max(created + 3, 12)}}root" for s in states)]
+        assert local_runtime.scrun("list", "-q").stdout == f"{LONG_ID}\nc1\n"
+    finally:
+        for container_id in (LONG_ID, "c1"):
+            local_runtime.scrun("delete", "--force", container_id)
+
