@@ -40,3 +40,7 @@ def test_list_sizes_its_columns_as_runc_does(local_runtime: Runtime, tmp_path: P
         for container_id in (LONG_ID, "c1"):
             local_runtime.scrun("delete", "--force", container_id)
 
+
+def test_quiet_list_of_no_containers_prints_nothing(local_runtime: Runtime) -> None:
+    quiet = local_runtime.scrun("list", "-q")
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "", "")

@@ -23,7 +23,8 @@ def list_containers(ctx: Context) -> int:
             continue
     output_format = ctx.option("format") or "table"
     if ctx.flag("quiet"):
-        print("\n".join(s["id"] for s in states))
+        for s in states:
+            print(s["id"])
     elif output_format == "json":
         print(jsonc.dumps(states))
     elif output_format == "table":
