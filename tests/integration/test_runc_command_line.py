@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.integration.harness import Runtime, make_bundle
+from tests.integration.harness import Runtime, make_bundle, wait_for
 
 LONG_ID = "0123456789abcdef" * 4  # podman's ids are 64 hex digits
 
@@ -44,3 +44,21 @@ def test_list_sizes_its_columns_as_runc_does(local_runtime: Runtime, tmp_path: P
 def test_quiet_list_of_no_containers_prints_nothing(local_runtime: Runtime) -> None:
     quiet = local_runtime.scrun("list", "-q")
     assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "", "")
+
+
+def test_signal_0_checks_that_the_container_lives(local_runtime: Runtime, tmp_path: Path) -> None:
+    bundle = make_bundle(tmp_path, ["sleep", "100"])
+    assert local_runtime.scrun("create", "-b", str(bundle), "k0").returncode == 0
+    try:
+        for status in ("created", "running"):
+            alive = local_runtime.scrun("kill", "k0", "0")
+            assert (alive.returncode, alive.stderr) == (0, ""), status
+            assert _state(local_runtime, "k0")["status"] == status
+            if status == "created":
+                assert local_runtime.scrun("start", "k0").returncode == 0
+        assert local_runtime.scrun("kill", "k0", "KILL").returncode == 0
+        wait_for(lambda: _state(local_runtime, "k0")["status"] == "stopped", 10, "stopped")
+        gone = local_runtime.scrun("kill", "k0", "0")
+        assert (gone.returncode, gone.stderr) == (1, "scrun: error: container not running\n")
+    finally:
+        local_runtime.scrun("delete", "--force", "k0")

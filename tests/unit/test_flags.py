@@ -48,12 +48,12 @@ def test_usage_errors(argv: list[str]) -> None:
 
 
 @pytest.mark.parametrize(("text", "number"), [(None, 15), ("TERM", 15), ("SIGKILL", 9),
-                                              ("9", 9), ("usr1", 10)])
+                                              ("9", 9), ("usr1", 10), ("0", 0)])
 def test_signals(text: str | None, number: int) -> None:
     assert parse_signal(text) == number
 
 
-@pytest.mark.parametrize("text", ["0", "999", "SIGNOPE", "-1"])
+@pytest.mark.parametrize("text", ["999", "SIGNOPE", "-1", "SIG0"])
 def test_bad_signals(text: str) -> None:
     with pytest.raises(UsageError):
         parse_signal(text)
