@@ -62,3 +62,32 @@ def test_signal_0_checks_that_the_container_lives(local_runtime: Runtime, tmp_pa
         assert (gone.returncode, gone.stderr) == (1, "scrun: error: container not running\n")
     finally:
         local_runtime.scrun("delete", "--force", "k0")
+
+
+def _cgroup_file(pid: int, controller: str, name: str) -> str:
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if controller in controllers.split(","):
+            return (Path("/sys/fs/cgroup", controller) / path.lstrip("/") / name).read_text()
+    raise AssertionError(f"no {controller} cgroup for {pid}")
+
+
+def test_update_takes_runc_sizes_and_spelling(local_runtime: Runtime, tmp_path: Path) -> None:
+    bundle = make_bundle(tmp_path, ["sleep", "100"])
+    assert local_runtime.scrun("create", "-b", str(bundle), "up").returncode == 0
+    try:
+        assert local_runtime.scrun("start", "up").returncode == 0
+        listed = local_runtime.scrun("ps", "--format", "json", "up")
+        assert listed.returncode == 0, listed.stderr
+        pid = json.loads(listed.stdout)[0]
+        done = local_runtime.scrun("update", "--memory", "512MB", "--cpu-share", "512", "up")
+        assert (done.returncode, done.stderr) == (0, "")
+        assert _cgroup_file(pid, "memory", "memory.limit_in_bytes") == f"{512 << 20}\n"
+        assert _cgroup_file(pid, "cpu", "cpu.shares") == "512\n"
+        assert local_runtime.scrun("update", "--memory", "1.5g", "up").returncode == 0
+        assert _cgroup_file(pid, "memory", "memory.limit_in_bytes") == f"{3 << 29}\n"
+        bad = local_runtime.scrun("update", "--memory", "1e3", "up")
+        assert bad.returncode == 2
+        assert bad.stderr.startswith("scrun: error: update: --memory needs a size")
+    finally:
+        local_runtime.scrun("delete", "--force", "up")

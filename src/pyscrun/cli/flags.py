@@ -86,21 +86,23 @@ _CRIU_FLAGS = (
     Flag(("lazy-pages",), ignored=True),
 )
 
-# runc's flag -> where its value goes in the resources document, and how it is read.
-RESOURCE_FLAGS: dict[str, tuple[str, str, str]] = {
-    "memory": ("memory", "limit", "bytes"),
-    "memory_reservation": ("memory", "reservation", "bytes"),
-    "memory_swap": ("memory", "swap", "bytes"),
-    "kernel_memory": ("memory", "kernel", "bytes"),
-    "cpu_shares": ("cpu", "shares", "int"),
-    "cpu_quota": ("cpu", "quota", "int"),
-    "cpu_period": ("cpu", "period", "int"),
-    "cpu_rt_runtime": ("cpu", "realtimeRuntime", "int"),
-    "cpu_rt_period": ("cpu", "realtimePeriod", "int"),
-    "cpuset_cpus": ("cpu", "cpus", "str"),
-    "cpuset_mems": ("cpu", "mems", "str"),
-    "pids_limit": ("pids", "limit", "int"),
-    "blkio_weight": ("blockIO", "weight", "int"),
+# runc's flag (then other spellings) -> where its value goes in the resources document,
+# and how it is read: a size (bytes), a number (int, uint: no sign) or text (str).
+RESOURCE_FLAGS: dict[tuple[str, ...], tuple[str, str, str]] = {
+    ("memory",): ("memory", "limit", "bytes"),
+    ("memory-reservation",): ("memory", "reservation", "bytes"),
+    ("memory-swap",): ("memory", "swap", "bytes"),
+    ("kernel-memory",): ("memory", "kernel", "bytes"),
+    ("kernel-memory-tcp",): ("memory", "kernelTCP", "bytes"),
+    ("cpu-share", "cpu-shares"): ("cpu", "shares", "uint"),
+    ("cpu-quota",): ("cpu", "quota", "int"),
+    ("cpu-period",): ("cpu", "period", "uint"),
+    ("cpu-rt-runtime",): ("cpu", "realtimeRuntime", "int"),
+    ("cpu-rt-period",): ("cpu", "realtimePeriod", "uint"),
+    ("cpuset-cpus",): ("cpu", "cpus", "str"),
+    ("cpuset-mems",): ("cpu", "mems", "str"),
+    ("pids-limit",): ("pids", "limit", "int"),
+    ("blkio-weight",): ("blockIO", "weight", "uint"),
 }
 
 VERBS = {
@@ -147,8 +149,8 @@ VERBS = {
              help="thaw a paused container"),
         Verb("update", "pyscrun.cli.update:update", ("container-id",),
              flags=(Flag(("resources", "r"), True, "resources as JSON in a file (- for stdin)"),
-                    *(Flag((name.replace("_", "-"),), True, f"set {group}.{field}")
-                      for name, (group, field, _) in RESOURCE_FLAGS.items())),
+                    *(Flag(names, True, f"set {group}.{field}")
+                      for names, (group, field, _) in RESOURCE_FLAGS.items())),
              help="change the resources of every task"),
         Verb("ps", "pyscrun.cli.ps:ps", ("container-id",),
              flags=(Flag(("format", "f"), True, "table or json"),),
