@@ -91,3 +91,22 @@ def test_update_takes_runc_sizes_and_spelling(local_runtime: Runtime, tmp_path: 
         assert bad.stderr.startswith("scrun: error: update: --memory needs a size")
     finally:
         local_runtime.scrun("delete", "--force", "up")
+
+
+def test_ps_passes_the_options_after_the_id_to_ps(local_runtime: Runtime, tmp_path: Path) -> None:
+    bundle = make_bundle(tmp_path, ["sleep", "918237"])  # a number no other test uses
+    assert local_runtime.scrun("create", "-b", str(bundle), "pso").returncode == 0
+    try:
+        assert local_runtime.scrun("start", "pso").returncode == 0
+        pid = json.loads(local_runtime.scrun("ps", "--format", "json", "pso").stdout)[0]
+        chosen = local_runtime.scrun("ps", "pso", "-o", "pid,args")
+        assert (chosen.returncode, chosen.stderr) == (0, "")
+        assert chosen.stdout.split() == ["PID", "COMMAND", str(pid), "sleep", "918237"]
+        full = local_runtime.scrun("ps", "pso", "-ef")
+        assert full.stdout.splitlines()[0].split()[:3] == ["UID", "PID", "PPID"]
+        assert full.stdout.splitlines()[1].split()[1] == str(pid)
+        no_pid = local_runtime.scrun("ps", "pso", "-o", "args")
+        assert (no_pid.returncode, no_pid.stderr) == (
+            1, "scrun: error: ps: couldn't find PID field in ps output\n")
+    finally:
+        local_runtime.scrun("delete", "--force", "pso")

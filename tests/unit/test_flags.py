@@ -101,3 +101,10 @@ def test_update_refuses_what_runc_refuses(text: str) -> None:
 def test_update_takes_runc_spelling_of_cpu_shares() -> None:
     for spelling in ("--cpu-share", "--cpu-shares"):
         assert parse(["update", spelling, "512", "cid"]).options["cpu_share"] == "512"
+
+
+def test_ps_options_after_the_id_are_ps_own() -> None:
+    parsed = parse(["ps", "--format", "table", "cid", "-o", "pid,args", "-f"])
+    assert parsed.args == {"container-id": "cid"}
+    assert parsed.options["format"] == "table"
+    assert parsed.options["command"] == ["-o", "pid,args", "-f"]

@@ -37,7 +37,8 @@ class Verb:
                  optional_args: tuple[str, ...] = (), flags: tuple[Flag, ...] = (),
                  help: str = "", command: bool = False) -> None:
         # command: after its args come a command's own words (flags included), as
-        # with `runc exec ID sh -c ...`; the verb's flags go before them.
+        # with `runc exec ID sh -c ...` and `runc ps ID -ef`; the verb's flags go
+        # before them.
         self.command = command
         self.name = name
         self.handler = handler
@@ -154,7 +155,8 @@ VERBS = {
              help="change the resources of every task"),
         Verb("ps", "pyscrun.cli.ps:ps", ("container-id",),
              flags=(Flag(("format", "f"), True, "table or json"),),
-             help="list the processes of every task"),
+             help="list the processes of every task (ps's options after the id)",
+             command=True),
         Verb("exec", "pyscrun.cli.execute:execute", ("container-id",),
              flags=(Flag(("process", "p"), True, "the OCI process to run, as JSON in a file"),
                     Flag(("detach", "d"), help="return at once; --pid-file names the process"),
