@@ -110,3 +110,17 @@ def test_ps_passes_the_options_after_the_id_to_ps(local_runtime: Runtime, tmp_pa
             1, "scrun: error: ps: couldn't find PID field in ps output\n")
     finally:
         local_runtime.scrun("delete", "--force", "pso")
+
+
+def test_run_keep_leaves_the_stopped_container(local_runtime: Runtime, tmp_path: Path) -> None:
+    bundle = make_bundle(tmp_path, ["sh", "-c", "echo out; exit 3"])
+    done = local_runtime.scrun("run", "--keep", "-b", str(bundle), "kept")
+    assert (done.returncode, done.stdout) == (3, "out\n")
+    state = _state(local_runtime, "kept")
+    assert (state["status"], state["pid"], state.get("exitStatus")) == ("stopped", 0, 3)
+    assert local_runtime.scrun("list", "-q").stdout == "kept\n"
+    again = local_runtime.scrun("run", "-b", str(bundle), "kept")
+    assert again.returncode == 1 and "already exists" in again.stderr
+    assert local_runtime.scrun("delete", "kept").returncode == 0
+    assert local_runtime.scrun("state", "kept").returncode == 1
+    assert local_runtime.scrun("list", "-q").stdout == ""

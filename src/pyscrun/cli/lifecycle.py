@@ -144,7 +144,8 @@ def run(ctx: Context) -> int:
     # The stand-in exits with the container's status once the anchor is done.
     _, status = os.waitpid(stand_in, 0)
     os.waitpid(anchor, 0)
-    store.remove(container_id)
+    if not ctx.flag("keep"):
+        store.remove(container_id)
     return shell_status(status)
 
 
