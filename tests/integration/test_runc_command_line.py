@@ -124,3 +124,16 @@ def test_run_keep_leaves_the_stopped_container(local_runtime: Runtime, tmp_path:
     assert local_runtime.scrun("delete", "kept").returncode == 0
     assert local_runtime.scrun("state", "kept").returncode == 1
     assert local_runtime.scrun("list", "-q").stdout == ""
+
+
+def test_root_that_is_a_file_is_one_clear_error(local_runtime: Runtime, tmp_path: Path) -> None:
+    bundle = make_bundle(tmp_path, ["true"])
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    for root in (a_file, a_file / "below"):
+        said = f"scrun: error: cannot keep container state in {root} (--root): not a directory\n"
+        for verb in (["list"], ["state", "x"], ["create", "-b", str(bundle), "x"],
+                     ["delete", "--force", "x"], ["kill", "x"]):
+            done = local_runtime.scrun("--root", str(root), *verb)
+            assert (done.returncode, done.stderr) == (1, said), verb
+    assert a_file.read_text() == ""
