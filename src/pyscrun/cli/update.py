@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 
 # runc's sizes (go-units' RAMInBytes): a decimal number, one optional space, an optional
 # binary multiple and an optional "i" and "b", in either case: 512MB, 1.5g, 1KiB, 64 m.
-_SIZE = re.compile(r"([0-9]+(?:\.[0-9]+)*) ?([kmgtp])?i?b?", re.IGNORECASE)
+_SIZE = re.compile(r"([0-9]+(?:\.[0-9]+)*) ?([kmgtp])?i?b?", re.IGNORECASE | re.ASCII)
 _UNITS = {None: 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
 # Numbers as Go's strconv reads them, base 10: int with an optional sign, uint without.
 _NUMBERS = {"int": re.compile(r"[+-]?[0-9]+"), "uint": re.compile(r"[0-9]+")}
@@ -80,6 +80,6 @@ def parse_size(text: str) -> int | None:
     number, unit = matched.groups()
     try:
         size = int(float(number) * _UNITS[unit and unit.lower()])
-    except ValueError:
-        return None  # 1.5.2: the pattern lets it through, as runc's does, but no number
+    except (ValueError, OverflowError):
+        return None  # 1.5.2 (the pattern lets it through, as runc's does) or too big
     return size if size <= _INT64_MAX else None
