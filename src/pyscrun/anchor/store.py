@@ -40,8 +40,8 @@ def default_root(environ: dict[str, str] | os._Environ[str]) -> str:
 
 
 def checked_root(root: str) -> str:
-    """root, unless a file is there or on the way there: then one line for every verb,
-    not each verb's own failure (runc's says the same)."""
+    """root, unless a file is there or on the way there: then one line for every verb
+    (as runc has), not each verb's own failure."""
     import stat
 
     try:
