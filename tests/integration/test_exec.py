@@ -83,6 +83,19 @@ def test_exec_into_a_container_that_is_not_running(local_runtime: Runtime, tmp_p
     assert local_runtime.scrun("delete", "done").returncode == 0
 
 
+def test_exec_into_a_created_container_names_its_status(local_runtime: Runtime,
+                                                        tmp_path: Path) -> None:
+    bundle = make_bundle(tmp_path, ["sleep", "100"])
+    assert local_runtime.scrun("create", "-b", str(bundle), "early").returncode == 0
+    try:
+        refused = local_runtime.scrun("exec", "early", "true")
+        assert (refused.returncode, refused.stderr) == (
+            1, "scrun: error: cannot exec in a created container\n")
+        assert '"created"' in local_runtime.scrun("state", "early").stdout
+    finally:
+        local_runtime.scrun("delete", "--force", "early")
+
+
 def test_runc_style_exec_of_a_command(root_runtime: Runtime, tmp_path: Path) -> None:
     """`scrun exec [-e NAME=VALUE] [--cwd DIR] ID CMD...`: the container's own process
     running CMD, whose own flags stay its own."""

@@ -82,7 +82,7 @@ def test_podman_update_memory_reaches_the_container(root_runtime: Runtime) -> No
     finally:
         podman(root_runtime, "rm", "-f", "-t", "0", name)
     bad = root_runtime.scrun("update", "--memory", "lots", "x")
-    assert bad.returncode == 2 and "needs a number" in bad.stderr
+    assert bad.returncode == 2 and "needs a size" in bad.stderr
 
 
 def test_ps_lists_every_process_of_the_container(runtime: Runtime) -> None:

@@ -6,6 +6,7 @@ import pytest
 
 from pyscrun.cli.flags import parse
 from pyscrun.cli.signals import parse_signal
+from pyscrun.cli.update import parse_size
 from pyscrun.errors import UsageError
 
 
@@ -48,12 +49,12 @@ def test_usage_errors(argv: list[str]) -> None:
 
 
 @pytest.mark.parametrize(("text", "number"), [(None, 15), ("TERM", 15), ("SIGKILL", 9),
-                                              ("9", 9), ("usr1", 10)])
+                                              ("9", 9), ("usr1", 10), ("0", 0)])
 def test_signals(text: str | None, number: int) -> None:
     assert parse_signal(text) == number
 
 
-@pytest.mark.parametrize("text", ["0", "999", "SIGNOPE", "-1"])
+@pytest.mark.parametrize("text", ["999", "SIGNOPE", "-1", "SIG0"])
 def test_bad_signals(text: str) -> None:
     with pytest.raises(UsageError):
         parse_signal(text)
@@ -76,3 +77,34 @@ def test_exec_takes_a_command_whose_flags_are_its_own() -> None:
     assert parsed.options["cwd"] == "/x"
     assert parsed.options["command"] == ["sh", "-c", "echo -e hi"]
     assert parse(["exec", "cid", "--", "ls", "-l"]).options["command"] == ["ls", "-l"]
+
+
+# What runc 1.1's update set (memory.limit_in_bytes) or refused, side by side.
+RUNC_SIZES = {"512MB": 512 << 20, "1g": 1 << 30, "1G": 1 << 30, "100000000": 100000000,
+              "1kib": 1024, "1KiB": 1024, "1kb": 1024, "1b": 1, "1i": 1, "1ib": 1,
+              "512 MB": 512 << 20, "1.5g": 3 << 29, "2p": 2 << 50, "1MIB": 1 << 20,
+              "10gb": 10 << 30, "-1": -1}
+RUNC_NOT_SIZES = ("1.5.2g", "1e3", ".5g", "0x10", "1gibb", " 1g", "1g ", "1\n", "lots", "",
+                  "-2", "99999999999p", "9" * 400, "1\u212a")
+
+
+@pytest.mark.parametrize(("text", "size"), RUNC_SIZES.items())
+def test_update_reads_sizes_as_runc(text: str, size: int) -> None:
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", RUNC_NOT_SIZES)
+def test_update_refuses_what_runc_refuses(text: str) -> None:
+    assert parse_size(text) is None
+
+
+def test_update_takes_runc_spelling_of_cpu_shares() -> None:
+    for spelling in ("--cpu-share", "--cpu-shares"):
+        assert parse(["update", spelling, "512", "cid"]).options["cpu_share"] == "512"
+
+
+def test_ps_options_after_the_id_are_ps_own() -> None:
+    parsed = parse(["ps", "--format", "table", "cid", "-o", "pid,args", "-f"])
+    assert parsed.args == {"container-id": "cid"}
+    assert parsed.options["format"] == "table"
+    assert parsed.options["command"] == ["-o", "pid,args", "-f"]

@@ -39,6 +39,21 @@ def default_root(environ: dict[str, str] | os._Environ[str]) -> str:
     return os.path.join(environ.get("TMPDIR") or "/tmp", f"pyscrun-{uid}")
 
 
+def checked_root(root: str) -> str:
+    """root, unless a file is there or on the way there: then one line for every verb
+    (as runc has), not each verb's own failure."""
+    import stat
+
+    try:
+        if stat.S_ISDIR(os.stat(root).st_mode):
+            return root
+    except NotADirectoryError:
+        pass
+    except OSError:
+        return root  # not made yet, or not ours to see: each verb says what it cannot do
+    raise ScrunError(f"cannot keep container state in {root} (--root): not a directory")
+
+
 def validate_id(container_id: str) -> str:
     if not container_id:
         raise UsageError("container id must not be empty")

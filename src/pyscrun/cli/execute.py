@@ -31,7 +31,7 @@ from pyscrun.cli.main import Context
 from pyscrun.console import make_controlling_terminal, open_console
 from pyscrun.errors import BundleError, InvalidState, UsageError
 from pyscrun.fs import write_all
-from pyscrun.oci.state import PAUSED, RUNNING, shell_status
+from pyscrun.oci.state import RUNNING, shell_status
 
 _SRUN_SAYS_EXIT = re.compile(rb"^srun: error: \S+: task \d+: Exited with exit code \d+\n?$")
 _SRUN_PREFIX = b"srun: error: "
@@ -55,10 +55,11 @@ def execute(ctx: Context) -> int:
                          "podman and docker pass it)")
     terminal = _terminal(ctx, process)
     status = state.effective_status()
-    if status == PAUSED:
-        raise InvalidState("cannot exec in a paused container")  # runc's words
     if status != RUNNING:
-        raise InvalidState("cannot exec in a stopped container")
+        # runc's words for paused and stopped. runc can exec into a created container
+        # (its init waits inside); here nothing may run yet (the job, or the container
+        # in run mode, comes with the start), so it is refused in the same words.
+        raise InvalidState(f"cannot exec in a {status} container")
     the_site = site.load(ctx.slurm_conf)
     argv, env = backends.get(state.backend).exec_command(
         the_site, state.job_id, {"PYSCRUN_EXEC_JOB": state.job_id, "PYSCRUN_EXEC_TASK": "0",

@@ -37,7 +37,8 @@ class Verb:
                  optional_args: tuple[str, ...] = (), flags: tuple[Flag, ...] = (),
                  help: str = "", command: bool = False) -> None:
         # command: after its args come a command's own words (flags included), as
-        # with `runc exec ID sh -c ...`; the verb's flags go before them.
+        # with `runc exec ID sh -c ...` and `runc ps ID -ef`; the verb's flags go
+        # before them.
         self.command = command
         self.name = name
         self.handler = handler
@@ -86,21 +87,23 @@ _CRIU_FLAGS = (
     Flag(("lazy-pages",), ignored=True),
 )
 
-# runc's flag -> where its value goes in the resources document, and how it is read.
-RESOURCE_FLAGS: dict[str, tuple[str, str, str]] = {
-    "memory": ("memory", "limit", "bytes"),
-    "memory_reservation": ("memory", "reservation", "bytes"),
-    "memory_swap": ("memory", "swap", "bytes"),
-    "kernel_memory": ("memory", "kernel", "bytes"),
-    "cpu_shares": ("cpu", "shares", "int"),
-    "cpu_quota": ("cpu", "quota", "int"),
-    "cpu_period": ("cpu", "period", "int"),
-    "cpu_rt_runtime": ("cpu", "realtimeRuntime", "int"),
-    "cpu_rt_period": ("cpu", "realtimePeriod", "int"),
-    "cpuset_cpus": ("cpu", "cpus", "str"),
-    "cpuset_mems": ("cpu", "mems", "str"),
-    "pids_limit": ("pids", "limit", "int"),
-    "blkio_weight": ("blockIO", "weight", "int"),
+# runc's flag (then other spellings) -> where its value goes in the resources document,
+# and how it is read: a size (bytes), a number (int, uint: no sign) or text (str).
+RESOURCE_FLAGS: dict[tuple[str, ...], tuple[str, str, str]] = {
+    ("memory",): ("memory", "limit", "bytes"),
+    ("memory-reservation",): ("memory", "reservation", "bytes"),
+    ("memory-swap",): ("memory", "swap", "bytes"),
+    ("kernel-memory",): ("memory", "kernel", "bytes"),
+    ("kernel-memory-tcp",): ("memory", "kernelTCP", "bytes"),
+    ("cpu-share", "cpu-shares"): ("cpu", "shares", "uint"),
+    ("cpu-quota",): ("cpu", "quota", "int"),
+    ("cpu-period",): ("cpu", "period", "uint"),
+    ("cpu-rt-runtime",): ("cpu", "realtimeRuntime", "int"),
+    ("cpu-rt-period",): ("cpu", "realtimePeriod", "uint"),
+    ("cpuset-cpus",): ("cpu", "cpus", "str"),
+    ("cpuset-mems",): ("cpu", "mems", "str"),
+    ("pids-limit",): ("pids", "limit", "int"),
+    ("blkio-weight",): ("blockIO", "weight", "uint"),
 }
 
 VERBS = {
@@ -109,7 +112,8 @@ VERBS = {
         Verb("create", "pyscrun.cli.lifecycle:create", ("container-id",), flags=_CREATE_FLAGS,
              help="create a container (runs it as a job once started)"),
         Verb("run", "pyscrun.cli.lifecycle:run", ("container-id",),
-             flags=(*_CREATE_FLAGS, Flag(("detach", "d")), Flag(("keep",), ignored=True),
+             flags=(*_CREATE_FLAGS, Flag(("detach", "d")),
+                    Flag(("keep",), help="keep the stopped container (for state; delete removes it)"),
                     Flag(("no-subreaper",), ignored=True)),
              help="create and start a container"),
         Verb("start", "pyscrun.cli.lifecycle:start", ("container-id",),
@@ -147,12 +151,13 @@ VERBS = {
              help="thaw a paused container"),
         Verb("update", "pyscrun.cli.update:update", ("container-id",),
              flags=(Flag(("resources", "r"), True, "resources as JSON in a file (- for stdin)"),
-                    *(Flag((name.replace("_", "-"),), True, f"set {group}.{field}")
-                      for name, (group, field, _) in RESOURCE_FLAGS.items())),
+                    *(Flag(names, True, f"set {group}.{field}")
+                      for names, (group, field, _) in RESOURCE_FLAGS.items())),
              help="change the resources of every task"),
         Verb("ps", "pyscrun.cli.ps:ps", ("container-id",),
              flags=(Flag(("format", "f"), True, "table or json"),),
-             help="list the processes of every task"),
+             help="list the processes of every task (ps's options after the id)",
+             command=True),
         Verb("exec", "pyscrun.cli.execute:execute", ("container-id",),
              flags=(Flag(("process", "p"), True, "the OCI process to run, as JSON in a file"),
                     Flag(("detach", "d"), help="return at once; --pid-file names the process"),

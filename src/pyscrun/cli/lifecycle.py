@@ -144,7 +144,8 @@ def run(ctx: Context) -> int:
     # The stand-in exits with the container's status once the anchor is done.
     _, status = os.waitpid(stand_in, 0)
     os.waitpid(anchor, 0)
-    store.remove(container_id)
+    if not ctx.flag("keep"):
+        store.remove(container_id)
     return shell_status(status)
 
 
@@ -208,6 +209,12 @@ def kill(ctx: Context) -> int:
     signum = parse_signal(ctx.args.get("signal"))
     store = ctx.store
     state = store.load(ctx.container_id)
+    if signum == 0:
+        # runc's liveness check: nothing is sent, and a container that has just ended
+        # is not alive (the race with its end that other signals win does not apply).
+        if state.effective_status() not in (CREATED, RUNNING, PAUSED):
+            raise InvalidState("container not running")  # runc's words
+        return 0
     if state.effective_status() not in (CREATED, RUNNING, PAUSED):
         ending = process_alive(state.stand_in, state.stand_in_start)
         if not ending and time.time() - state.ended > KILL_RACE:

@@ -40,10 +40,10 @@ class Context:
 
     @property
     def store(self) -> Store:
-        from pyscrun.anchor.store import Store, default_root
+        from pyscrun.anchor.store import Store, checked_root, default_root
 
         root = self.option("root")
-        return Store(os.path.abspath(root) if root else default_root(self.environ))
+        return Store(checked_root(os.path.abspath(root) if root else default_root(self.environ)))
 
     @property
     def slurm_conf(self) -> str:

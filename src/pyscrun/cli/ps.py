@@ -1,4 +1,6 @@
-"""ps: the processes of every task, as `runc ps` lists them (docker top calls it)."""
+"""ps: the processes of every task, as `runc ps` lists them (docker top calls it): the
+host's ps, with the options given after the id (default -ef), its lines kept for the
+container's pids (through Slurm: the stand-in's)."""
 
 from __future__ import annotations
 
@@ -19,14 +21,24 @@ def ps(ctx: Context) -> int:
     if output == "json":
         print(json.dumps(pids))
         return 0
+    words = ctx.options.get("command")
+    argv = ["ps", *(words if isinstance(words, list) and words else ["-ef"])]
     try:
-        listed = subprocess.run(["ps", "-ef"], capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError) as err:
-        raise ScrunError(f"ps: cannot run ps -ef: {err}") from None
-    header, *lines = listed.splitlines()
+        listed = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    except OSError as err:
+        raise ScrunError(f"ps: cannot run ps: {err.strerror}") from None
+    except subprocess.CalledProcessError as err:
+        said = next((line.strip() for line in err.stderr.splitlines() if line.strip()), "")
+        raise ScrunError(f"ps: {' '.join(argv[1:])}: {said or f'exit status {err.returncode}'}",
+                         ) from None
+    header, *lines = listed.splitlines() or [""]
+    titles = header.split()
+    if "PID" not in titles:
+        raise ScrunError("ps: couldn't find PID field in ps output")  # runc's words
+    column = titles.index("PID")
     print(header)
     for line in lines:
         fields = line.split()
-        if len(fields) > 1 and fields[1].isdigit() and int(fields[1]) in pids:
+        if len(fields) > column and fields[column].isdigit() and int(fields[column]) in pids:
             print(line)
     return 0

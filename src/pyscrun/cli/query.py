@@ -23,17 +23,26 @@ def list_containers(ctx: Context) -> int:
             continue
     output_format = ctx.option("format") or "table"
     if ctx.flag("quiet"):
-        print("\n".join(s["id"] for s in states))
+        for s in states:
+            print(s["id"])
     elif output_format == "json":
         print(jsonc.dumps(states))
     elif output_format == "table":
-        print(f"{'ID':<20}{'PID':<10}{'STATUS':<10}{'BUNDLE':<40}{'CREATED':<22}OWNER")
-        for s in states:
-            print(f"{s['id']:<20}{s['pid']:<10}{s['status']:<10}{s['bundle']:<40}"
-                  f"{s['created']:<22}{s['owner']}")
+        rows = [["ID", "PID", "STATUS", "BUNDLE", "CREATED", "OWNER"]]
+        rows += [[str(s[key]) for key in ("id", "pid", "status", "bundle", "created", "owner")]
+                 for s in states]
+        print(_table(rows))
     else:
         raise UsageError(f"invalid format {output_format!r}: use table or json")
     return 0
+
+
+def _table(rows: list[list[str]]) -> str:
+    """runc's layout (Go's tabwriter, minimum width 12, padding 3): each column but the
+    last as wide as its widest cell plus 3, at least 12; the last unpadded."""
+    widths = [max(12, max(len(row[i]) for row in rows) + 3) for i in range(len(rows[0]) - 1)]
+    return "\n".join("".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
+                     + row[-1] for row in rows)
 
 
 def features(ctx: Context) -> int:

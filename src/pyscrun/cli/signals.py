@@ -1,4 +1,5 @@
-"""Signal names and numbers as `kill` accepts them: TERM, SIGTERM, 15.
+"""Signal names and numbers as `kill` accepts them: TERM, SIGTERM, 15, and 0 (runc's
+liveness check) as a number only.
 
 Names come from `_signal`, the C module behind `signal`: `signal` builds its enums on
 import, which costs every `scrun kill` milliseconds.
@@ -16,7 +17,7 @@ def parse_signal(text: str | None) -> int:
         return int(_signal.SIGTERM)
     if text.isdigit():
         number = int(text)
-        if 0 < number < int(_signal.NSIG):
+        if number < int(_signal.NSIG):
             return number
         raise UsageError(f"invalid signal number {text}")
     name = text.upper()
