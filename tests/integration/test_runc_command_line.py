@@ -44,6 +44,8 @@ def test_list_sizes_its_columns_as_runc_does(local_runtime: Runtime, tmp_path: P
 def test_quiet_list_of_no_containers_prints_nothing(local_runtime: Runtime) -> None:
     quiet = local_runtime.scrun("list", "-q")
     assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "", "")
+    as_json = local_runtime.scrun("list", "--format", "json")
+    assert (as_json.returncode, as_json.stdout) == (0, "null\n")
 
 
 def test_signal_0_checks_that_the_container_lives(local_runtime: Runtime, tmp_path: Path) -> None:
@@ -60,6 +62,9 @@ def test_signal_0_checks_that_the_container_lives(local_runtime: Runtime, tmp_pa
         wait_for(lambda: _state(local_runtime, "k0")["status"] == "stopped", 10, "stopped")
         gone = local_runtime.scrun("kill", "k0", "0")
         assert (gone.returncode, gone.stderr) == (1, "scrun: error: container not running\n")
+        # --all: every process is gone already, which runc takes as done.
+        everyone = local_runtime.scrun("kill", "--all", "k0", "KILL")
+        assert (everyone.returncode, everyone.stderr) == (0, "")
     finally:
         local_runtime.scrun("delete", "--force", "k0")
 

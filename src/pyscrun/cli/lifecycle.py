@@ -216,6 +216,8 @@ def kill(ctx: Context) -> int:
             raise InvalidState("container not running")  # runc's words
         return 0
     if state.effective_status() not in (CREATED, RUNNING, PAUSED):
+        if ctx.flag("all"):
+            return 0  # as runc: every process of a stopped container is gone already
         ending = process_alive(state.stand_in, state.stand_in_start)
         if not ending and time.time() - state.ended > KILL_RACE:
             raise InvalidState("container not running")  # runc's words

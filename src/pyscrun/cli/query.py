@@ -26,7 +26,7 @@ def list_containers(ctx: Context) -> int:
         for s in states:
             print(s["id"])
     elif output_format == "json":
-        print(jsonc.dumps(states))
+        print(jsonc.dumps(states) if states else "null")  # runc's, for no container
     elif output_format == "table":
         rows = [["ID", "PID", "STATUS", "BUNDLE", "CREATED", "OWNER"]]
         rows += [[str(s[key]) for key in ("id", "pid", "status", "bundle", "created", "owner")]
