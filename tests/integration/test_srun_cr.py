@@ -162,6 +162,13 @@ class SrunCr:
     def checkpoint(self, step: str, *args: str) -> subprocess.CompletedProcess[str]:
         return self.run("checkpoint", step, *args, timeout=120)
 
+    def stop_with_checkpoint(self, running: Running, step: str, directory: Path) -> None:
+        """Checkpoint the step into directory with --stop: the step then ends as a
+        success, not a failure."""
+        done = self.checkpoint(step, "--dir", str(directory), "--stop")
+        assert done.returncode == 0, done.stderr
+        assert running.wait() == 0, running.stderr()
+
     def scancel(self, step: str) -> None:
         done = slurm(self.conf, "scancel", step.split(".")[0])
         assert done.returncode == 0, done.stderr
@@ -239,9 +246,7 @@ def test_restart_on_other_and_fewer_nodes_continues_exactly(srun_cr: SrunCr) -> 
     step = first.step()
     first.wait_counts(2, 1)
     ckpt = srun_cr.base / "ckpt"
-    done = srun_cr.checkpoint(step, "--dir", str(ckpt), "--stop")
-    assert done.returncode == 0, done.stderr
-    assert first.wait() == 0, first.stderr()  # stopped by the checkpoint: not a failure
+    srun_cr.stop_with_checkpoint(first, step, ckpt)
     last = [first.last(r) for r in range(2)]
     assert {h for _, _, h in first.counts()} == {"n1", "n2"}
 
@@ -254,9 +259,7 @@ def test_restart_on_other_and_fewer_nodes_continues_exactly(srun_cr: SrunCr) -> 
         assert mine[0][0] == last[rank] + 1, (rank, last, mine)
         assert {h for _, h in mine} == {"n3"}
     # The restored step checkpoints again, into the same directory (replaced whole).
-    done = srun_cr.checkpoint(step2, "--dir", str(ckpt), "--stop")
-    assert done.returncode == 0, done.stderr
-    assert second.wait() == 0, second.stderr()
+    srun_cr.stop_with_checkpoint(second, step2, ckpt)
     assert _manifest(ckpt)["nodes"] == ["n3", "n3"]
     assert sorted(p.name for p in srun_cr.base.iterdir() if p.name.startswith((".ckpt", "ckpt"))) \
         == ["ckpt"]
@@ -269,9 +272,7 @@ def test_256_mib_of_memory_keeps_its_checksum(srun_cr: SrunCr) -> None:
     wait_for(lambda: "sum 0 " in first.stdout() or first.ended(), 60, "the memory checksum")
     checksum = first.stdout().split("sum 0 ")[1].split()[0]
     ckpt = srun_cr.base / "ckpt"
-    done = srun_cr.checkpoint(step, "--dir", str(ckpt), "--stop")
-    assert done.returncode == 0, done.stderr
-    assert first.wait() == 0
+    srun_cr.stop_with_checkpoint(first, step, ckpt)
     pages = sum(f.stat().st_size for f in (ckpt / "task-0").glob("pages-*.img"))
     assert pages >= 256 << 20
     last = max(int(n) for n in re.findall(r"^sum (\d+) ", first.stdout(), re.M))
@@ -407,9 +408,7 @@ def test_export_none_checkpoints_and_the_task_never_sees_the_secret(srun_cr: Sru
     step = first.step()
     first.wait_counts(1, 1)
     ckpt = srun_cr.base / "ckpt"
-    done = srun_cr.checkpoint(step, "--dir", str(ckpt), "--stop")
-    assert done.returncode == 0, done.stderr
-    assert first.wait() == 0, first.stderr()
+    srun_cr.stop_with_checkpoint(first, step, ckpt)
     seen = (srun_cr.base / "env.0").read_text()
     assert "SLURM_PROCID=0" in seen and "SRUN_CR_SECRET" not in seen
 
@@ -442,9 +441,7 @@ def test_a_flood_of_strangers_on_the_launchers_port_takes_neither_descriptors_no
     starving.out_of_descriptors(wrapper, port, first.stderr,
                                 "the launchers' port: Too many open files")
 
-    done = srun_cr.checkpoint(step, "--dir", str(srun_cr.base / "ckpt"), "--stop")
-    assert done.returncode == 0, done.stderr
-    assert first.wait() == 0, first.stderr()
+    srun_cr.stop_with_checkpoint(first, step, srun_cr.base / "ckpt")
 
 
 def test_a_bad_srun_port_range_fails_in_one_line_and_leaves_nothing(srun_cr: SrunCr) -> None:
