@@ -49,6 +49,7 @@ class Agents:
         self.last_error = ""
         self.round: CheckpointRound | None = None
         self.round_client: Connection | None = None
+        self.receivers_before: dict[AgentLink, TreeReceiver | None] = {}
 
     def hello(self, agent: AgentLink, task: str, node: str, tasks: int) -> None:
         agent.task, agent.node, agent.deadline = task, node, None
@@ -121,6 +122,8 @@ class Agents:
 
         self.round = CheckpointRound(order, {a: a.task or "0" for a in self.connected})
         self.round_client = client
+        # Task 0's receiver for what a shipped container changed, back after the round.
+        self.receivers_before = {a: a.receiver for a in self.connected}
         agents_order = self.round.order_for_agents()
         for agent in list(self.connected):
             agent.receiver = self.round.receiver(agent.task or "0")
@@ -141,7 +144,8 @@ class Agents:
         for agent in self.connected:
             if agent.receiver is not None:
                 agent.receiver.close()
-                agent.receiver = None
+            agent.receiver = self.receivers_before.get(agent)
+        self.receivers_before = {}
         errors = done.errors
         if errors:
             log.current.error(f"checkpoint failed: {'; '.join(errors)}")
