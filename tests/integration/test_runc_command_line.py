@@ -142,3 +142,22 @@ def test_root_that_is_a_file_is_one_clear_error(local_runtime: Runtime, tmp_path
             done = local_runtime.scrun("--root", str(root), *verb)
             assert (done.returncode, done.stderr) == (1, said), verb
     assert a_file.read_text() == ""
+
+
+def test_a_pre_dump_is_refused_and_the_container_runs_on(local_runtime: Runtime,
+                                                        tmp_path: Path) -> None:
+    """podman's --pre-checkpoint asks for one; a whole dump in its place would end the
+    container podman then believes running."""
+    bundle = make_bundle(tmp_path, ["sleep", "100"])
+    assert local_runtime.scrun("create", "-b", str(bundle), "pre").returncode == 0
+    try:
+        assert local_runtime.scrun("start", "pre").returncode == 0
+        done = local_runtime.scrun("checkpoint", "--pre-dump", "--image-path",
+                                   str(tmp_path / "images"), "pre")
+        assert done.returncode != 0
+        assert done.stderr == ("scrun: error: checkpoint --pre-dump is not supported: "
+                               "checkpoint without it\n")
+        assert _state(local_runtime, "pre")["status"] == "running"
+        assert not (tmp_path / "images").exists()
+    finally:
+        local_runtime.scrun("delete", "--force", "pre")

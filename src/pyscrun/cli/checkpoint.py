@@ -14,7 +14,7 @@ from pyscrun.oci.state import RUNNING, STOPPED
 # Dumping a large container takes a while; podman itself waits without a limit.
 CHECKPOINT_TIMEOUT = 900.0
 # Flags runc has that CRIU cannot honour here (no dirty-memory tracking, no page server).
-_ACCEPTED_ONLY = ("parent_path", "pre_dump", "lazy_pages", "page_server", "status_fd",
+_ACCEPTED_ONLY = ("parent_path", "lazy_pages", "page_server", "status_fd",
                   "lsm_profile", "lsm_mount_context", "no_subreaper", "no_pivot")
 
 
@@ -63,6 +63,10 @@ def _criu_path(ctx: Context, criu: str) -> str:
 def checkpoint(ctx: Context) -> int:
     from pyscrun.cli.lifecycle import load_for
 
+    if ctx.flag("pre_dump"):
+        # runc's pre-dump leaves the container running; a whole dump in its place would
+        # end it while podman (--pre-checkpoint) believes it runs.
+        raise NotSupported("checkpoint --pre-dump is not supported: checkpoint without it")
     order = _criu_order(ctx, "checkpoint")
     store, state = load_for(ctx, "checkpoint", RUNNING)
     _for_root_only("checkpoint")
