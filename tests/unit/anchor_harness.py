@@ -57,6 +57,8 @@ class Agent(threading.Thread):
                         link.send_message({"event": "ordered", "order": order["op"],
                                            "error": None}, 5)
                     elif order["op"] == "checkpoint":
+                        # As CRIU dumps: one of its files written (or rewritten).
+                        Path(order["image_path"], "pages-1.img").write_text("dumped")
                         link.send_message({"event": "checkpointed", "error": None}, 5)
         except peer.PeerGone:
             pass  # the anchor closed the channel: the test is over

@@ -41,14 +41,16 @@ def test_a_manifest_that_cannot_be_written_fails_the_checkpoint_in_one_line(
     images = tmp_path / "images"
     (images / MANIFEST).mkdir(parents=True)
     (images / MANIFEST / "kept").write_text("")
-    (images / "pages-1.img").write_text("dumped")
+    (images / "disk.img").write_text("the user's")
+    (images / "inventory.img").write_text("an earlier checkpoint's")
     reply = one.ask({"op": "checkpoint", "image_path": str(images), "work_path": "",
                      "leave_running": True})
     assert reply["ok"] is False
     assert reply["error"].startswith(f"cannot write the checkpoint's manifest in {images}: ")
     assert "\n" not in reply["error"]
     assert one.agent.orders == ["checkpoint"]
-    # Images without a manifest are no checkpoint: what was dumped (and what stood in
-    # the manifest's place) is gone.
-    assert list(images.iterdir()) == []
+    # Images without a manifest are no checkpoint: what was dumped is gone; what the
+    # directory held before is not this round's to remove.
+    assert sorted(p.name for p in images.iterdir()) == ["disk.img", "inventory.img", MANIFEST]
+    assert (images / "disk.img").read_text() == "the user's"
     assert one.ask({"op": "state"})["state"]["status"] == RUNNING

@@ -39,6 +39,23 @@ def place_probe(image_path: str) -> str:
     return probe
 
 
+def _entries(directory: str) -> dict[str, tuple[int, int]]:
+    """The entries of directory, each as (inode, modification time): made or
+    rewritten since, it differs."""
+    found = {}
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return {}
+    for name in names:
+        try:
+            info = os.lstat(os.path.join(directory, name))
+        except OSError:
+            continue
+        found[name] = (info.st_ino, info.st_mtime_ns)
+    return found
+
+
 def remove_probe(probe: str) -> None:
     try:
         os.unlink(probe)
@@ -53,6 +70,8 @@ class CheckpointRound(Answers):
         self.order = order
         self.stop_after = len(tasks) > 1 and not order.get("leave_running")
         self.probe = place_probe(str(order["image_path"]))
+        # What the image path held before: a failed round removes only what it wrote.
+        self.before = _entries(str(order["image_path"]))
 
     def order_for_agents(self) -> dict[str, Any]:
         order = dict(self.order)
@@ -70,16 +89,18 @@ class CheckpointRound(Answers):
         remove_probe(self.probe)
 
     def discard_images(self) -> None:
+        """What this round wrote in the image path (the caller's directory): a file or
+        task dir it made or replaced, of the names a dump writes; nothing else."""
         image_path = str(self.order["image_path"])
-        for task_id in self.tasks.values():
-            task_dir = task_image_dir(image_path, task_id)
-            if task_dir != image_path:
-                remove_tree(task_dir)
-        # The top directory is the caller's; only what was dumped into it goes.
-        for name in os.listdir(image_path) if os.path.isdir(image_path) else ():
-            path = os.path.join(image_path, name)
-            if name.endswith(".img") or name in (MANIFEST, "descriptors.json"):
-                if os.path.isdir(path):
+        task_dirs = {os.path.relpath(task_image_dir(image_path, task_id), image_path)
+                     for task_id in self.tasks.values()} - {"."}
+        for name, identity in _entries(image_path).items():
+            if self.before.get(name) == identity:
+                continue
+            if name in task_dirs or name.endswith(".img") or \
+                    name in (MANIFEST, "descriptors.json"):
+                path = os.path.join(image_path, name)
+                if os.path.isdir(path) and not os.path.islink(path):
                     remove_tree(path)
                 else:
                     os.unlink(path)
