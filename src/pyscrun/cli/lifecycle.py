@@ -67,9 +67,8 @@ def create_container(ctx: Context, restore: dict[str, Any] | None = None,
     oci = the_site.oci
     log.current.take_defaults(oci.StdIODebug, oci.FileDebug, oci.SyslogDebug, oci.DebugFlags)
     job_options = scrun_env.job_options(ctx.environ, bundle.env)
-    if restore is not None and int(restore.get("tasks", 1)) > 1:
-        # The restored container needs as many tasks as were checkpointed.
-        job_options.setdefault("SCRUN_NTASKS", str(restore["tasks"]))
+    if restore is not None:
+        tasks_to_restore(job_options, int(restore.get("tasks", 1)))
     store = ctx.store
     store.make_spool_dir(container_id)
     try:
@@ -201,6 +200,17 @@ def _forward_signals(store: Store, state: ContainerState) -> list[int]:
     for signum in FORWARDED_SIGNALS:
         signal.signal(signum, forward)
     return forwarded
+
+
+def tasks_to_restore(job_options: dict[str, str], tasks: int) -> None:
+    """The restored container needs as many tasks as were checkpointed: an SCRUN_NTASKS
+    of another count would leave it waiting for tasks that never come."""
+    given = job_options.get("SCRUN_NTASKS")
+    if given is not None and given.strip().isdigit() and int(given) != tasks:
+        raise UsageError(f"the checkpoint holds {tasks} task(s): restore it without "
+                         f"SCRUN_NTASKS={given}, or with SCRUN_NTASKS={tasks}")
+    if tasks > 1:
+        job_options["SCRUN_NTASKS"] = str(tasks)
 
 
 def kill(ctx: Context) -> int:
