@@ -59,11 +59,12 @@ class Child:
 
 def spawn(argv: list[str], env: Mapping[str, str],
           stdio: tuple[int | None, int | None, int | None] = (None, None, None),
-          pass_fds: Iterable[int] = (), new_session: bool = False) -> Child:
+          pass_fds: Iterable[int] = (), new_session: bool = False,
+          own_group: bool = False) -> Child:
     """Start argv (its program by path, or by name looked up in this process's PATH)
     with env; stdio: the descriptors to give it as 0, 1 and 2 (each 3 or above; None:
     this process's own); pass_fds: descriptors it keeps as they are; new_session: in a
-    session of its own."""
+    session of its own; own_group: in a process group of its own (in this session)."""
     kept = set(pass_fds)
     actions: list[tuple[int, ...]] = [
         (os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(stdio) if fd is not None]
@@ -71,8 +72,9 @@ def spawn(argv: list[str], env: Mapping[str, str],
     actions += [(os.POSIX_SPAWN_DUP2, fd, fd) for fd in sorted(kept)]
     actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in _inheritable() if fd not in kept]
     start = os.posix_spawn if "/" in argv[0] else os.posix_spawnp
+    group = {"setpgroup": 0} if own_group and not new_session else {}
     return Child(start(argv[0], argv, env, file_actions=actions, setsigdef=_DEFAULT_IN_CHILD,
-                       setsid=new_session))
+                       setsid=new_session, **group))
 
 
 def _inheritable() -> list[int]:
@@ -91,19 +93,20 @@ def _inheritable() -> list[int]:
 def run(argv: list[str], env: Mapping[str, str], timeout: float,
         pass_fds: Iterable[int] = ()) -> tuple[int, bytes, bytes]:
     """Run argv to its end, its stdin empty: its exit code, stdout and stderr.
-    TimeoutError once timeout seconds have passed (it is killed then)."""
+    TimeoutError once timeout seconds have passed (it is killed then, with every
+    process it started: a shell's runc and CRIU would go on dumping)."""
     stdin = os.open(os.devnull, os.O_RDONLY)
     out_read, out_write = os.pipe()
     err_read, err_write = os.pipe()
     try:
-        child = spawn(argv, env, (stdin, out_write, err_write), pass_fds)
+        child = spawn(argv, env, (stdin, out_write, err_write), pass_fds, own_group=True)
     finally:
         for fd in (stdin, out_write, err_write):
             os.close(fd)
     try:
         out, err = _read_both(out_read, err_read, time.monotonic() + timeout)
     except TimeoutError:
-        os.kill(child.pid, _signal.SIGKILL)
+        os.killpg(child.pid, _signal.SIGKILL)
         child.wait()
         raise
     finally:

@@ -70,6 +70,17 @@ def test_a_command_that_overstays_is_killed() -> None:
                 and _command_line(pid) == b"sleep\0" + marker.encode() + b"\0"]
 
 
+def test_what_an_overstaying_command_started_is_killed_with_it() -> None:
+    """A runtime command runs in a shell, which starts runc (and runc CRIU) as children
+    of its own: they must not go on dumping after the command was given up."""
+    marker = f"{31 + os.getpid() / 1e7:.7f}"
+    with pytest.raises(TimeoutError):
+        child.run(["/bin/sh", "-c", f"sleep {marker}; echo never"], ENV, 0.5)
+    time.sleep(0.2)  # a SIGKILLed process leaves /proc once its parent has seen it
+    assert not [pid for pid in os.listdir("/proc") if pid.isdigit()
+                and _command_line(pid) == b"sleep\0" + marker.encode() + b"\0"]
+
+
 def _command_line(pid: str) -> bytes:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
