@@ -72,9 +72,11 @@ def spawn(argv: list[str], env: Mapping[str, str],
     actions += [(os.POSIX_SPAWN_DUP2, fd, fd) for fd in sorted(kept)]
     actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in _inheritable() if fd not in kept]
     start = os.posix_spawn if "/" in argv[0] else os.posix_spawnp
-    group = {"setpgroup": 0} if own_group and not new_session else {}
+    if own_group and not new_session:
+        return Child(start(argv[0], argv, env, file_actions=actions,
+                           setsigdef=_DEFAULT_IN_CHILD, setpgroup=0))
     return Child(start(argv[0], argv, env, file_actions=actions, setsigdef=_DEFAULT_IN_CHILD,
-                       setsid=new_session, **group))
+                       setsid=new_session))
 
 
 def _inheritable() -> list[int]:
