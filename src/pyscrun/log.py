@@ -27,8 +27,14 @@ _JSON_LEVEL = {FATAL: "fatal", ERROR: "error", INFO: "info", VERBOSE: "info"}
 
 
 def parse_level(text: str, source: str) -> int:
+    """A level by name, or as Slurm also reads one, by number: the digits it starts
+    with (5 and 5x are debug; above debug5, debug5)."""
+    text = text.strip()
+    digits = text[:len(text) - len(text.lstrip("0123456789"))]
+    if digits:
+        return min(int(digits), DEBUG5)
     try:
-        return LEVEL_NAMES.index(text.strip().lower())
+        return LEVEL_NAMES.index(text.lower())
     except ValueError:
         raise UsageError(
             f"{source}: invalid log level {text!r} (one of {', '.join(LEVEL_NAMES)})"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pyscrun.conf import keyvalue, patterns
-from pyscrun.errors import ConfigError
+from pyscrun.errors import ConfigError, UsageError
 from pyscrun.log import parse_level
 
 # typing costs milliseconds at every start of the CLI: for type checkers only.
@@ -77,7 +77,10 @@ def _text(value: str, where: str) -> str:
 
 
 def _level(value: str, where: str) -> int:
-    return parse_level(value, where)
+    try:
+        return parse_level(value, where)
+    except UsageError as err:
+        raise ConfigError(str(err)) from None
 
 
 class Directive:
