@@ -111,21 +111,23 @@ def test_exec_into_a_container_on_its_node(slurm_user: Runtime) -> None:
 
 
 def test_exec_with_a_terminal_and_top(any_user: Runtime) -> None:
-    """`podman exec -it` gives the user a working terminal in the container; `podman top
-    -ef` lists the container's processes (podman 4 runs ps through exec, on its node) or
-    the stand-in's (podman 5 runs ps in its pid namespace), never the host's."""
+    """`podman exec -it` gives the user a working terminal in the container; `podman top`
+    with ps options lists the container's processes (podman 4 runs ps through exec, on
+    its node) or the stand-in's (podman 5 runs ps in its pid namespace), never the
+    host's. podman drops every line holding the options as written, so they are ones
+    no path of the stand-in's command line can hold (`-ef` was in a random user dir)."""
     cid = podman_ok(any_user, "run", "-d", IMAGE, "sleep", "971")
     try:
         command = shlex.join(any_user.account.command(
             ["podman", "--runtime", str(any_user.wrapper), "exec", "-it", cid, "sh"]))
         at_a_terminal(command, any_user.base / "result", status=3, resize=False)
-        listed = podman_ok(any_user, "top", cid, "-ef")
+        listed = podman_ok(any_user, "top", cid, "-e -o pid,args")
         version = podman_ok(any_user, "version", "--format", "{{.Client.Version}}")
         if int(version.split(".")[0]) < 5:
             assert "sleep 971" in listed, listed
         else:
             # pid 1 of a pid namespace of its own: the stand-in (scrun create of cid).
-            pids = [int(line.split()[1]) for line in listed.splitlines()[1:]]
+            pids = [int(line.split()[0]) for line in listed.splitlines()[1:]]
             assert pids == [1] and cid in listed, listed
     finally:
         podman(any_user, "rm", "-f", "-t", "0", cid)
