@@ -70,6 +70,15 @@ def test_three_nodes_three_tasks(users_slurm_runtime: Runtime) -> None:
     assert sorted(done.stdout.decode().split()) == ["n1", "n2", "n3"]
 
 
+def test_tasks_asked_for_on_one_node_all_run(users_slurm_runtime: Runtime) -> None:
+    """SCRUN_NTASKS without a node count: as many tasks on the job's one node (Slurm
+    gives the job's task count to its steps), each with its own rank."""
+    done = podman(users_slurm_runtime, "run", "--rm", "-e", "SCRUN_NTASKS=2", IMAGE, "sh",
+                  "-c", "echo task$SLURM_PROCID of $SLURM_NTASKS")
+    assert done.returncode == 0, done.stderr
+    assert sorted(done.stdout.decode().splitlines()) == ["task0 of 2", "task1 of 2"]
+
+
 def test_job_options_reach_the_job_record(users_slurm_runtime: Runtime) -> None:
     done = podman(users_slurm_runtime, "run", "--rm", "-e", "SCRUN_TIMELIMIT=1", "-e",
                   "SCRUN_PARTITION=other", "-e", "SCRUN_JOB_NAME=named-by-test", "-e",

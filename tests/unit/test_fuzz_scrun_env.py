@@ -63,12 +63,14 @@ def test_any_environment_gives_options_or_a_usage_error(environ: dict[str, str],
         if key == "SCRUN_REQ_SWITCH" and "SCRUN_WAIT4SWITCH" in options:
             assert "@" not in value
             value += "@" + options["SCRUN_WAIT4SWITCH"]
+        # What Slurm hands from the job to its steps goes to both.
+        times = 2 if option.applies_to == scrun_env.BOTH else 1
         if not option.is_flag:
-            wanted.append(f"{option.option}={value}")
+            wanted += [f"{option.option}={value}"] * times
         elif value.lower() in ("", "1", "yes", "true", "y", "t"):
-            wanted.append(option.option)
+            wanted += [option.option] * times
         elif value.lower() in option.values:
-            wanted.append(f"{option.option}={value.lower()}")
+            wanted += [f"{option.option}={value.lower()}"] * times
         else:
             assert value.lower() in ("0", "no", "false", "n", "f")
     assert sorted(alloc + step) == sorted(wanted)

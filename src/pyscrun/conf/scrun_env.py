@@ -1,8 +1,11 @@
 """SCRUN_* job input variables: each one's Slurm option, in one table.
 
 The man page maps every SCRUN_X to what SLURM_X (or SALLOC_X) sets. Most shape the
-allocation (salloc); a few only make sense for the step (srun). Values go to Slurm as
-separate argv entries, never through a shell.
+allocation (salloc); a few only make sense for the step (srun); and those that Slurm
+hands from the allocation on to its steps (the SLURM_* variables of the job's
+environment that srun reads: SLURM_NTASKS, SLURM_CPUS_PER_TASK, ...) go to both, or
+the step would lay out its tasks as if none were asked for (one per node). Values go
+to Slurm as separate argv entries, never through a shell.
 """
 
 from __future__ import annotations
@@ -15,11 +18,11 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
-ALLOC, STEP = "alloc", "step"
+ALLOC, STEP, BOTH = "alloc", "step", "both"
 
 
 class JobOption:
-    """One SCRUN_* variable: the Slurm option it sets, for salloc or srun, flag or value.
+    """One SCRUN_* variable: the Slurm option it sets, for salloc, srun or both, flag or value.
 
     A variable that joins another has no option of its own: its value goes at the end
     of the other's, after option (the separator). A flag may also take one of its
@@ -42,7 +45,7 @@ JOB_OPTIONS = {
     o.variable: o
     for o in (
         JobOption("SCRUN_ACCOUNT", "--account"),
-        JobOption("SCRUN_ACCTG_FREQ", "--acctg-freq"),
+        JobOption("SCRUN_ACCTG_FREQ", "--acctg-freq", BOTH),
         JobOption("SCRUN_BURST_BUFFER", "--bb"),
         JobOption("SCRUN_CLUSTER_CONSTRAINT", "--cluster-constraint"),
         JobOption("SCRUN_CLUSTERS", "--clusters"),
@@ -51,10 +54,10 @@ JOB_OPTIONS = {
         JobOption("SCRUN_CPU_BIND", "--cpu-bind", STEP),
         JobOption("SCRUN_CPU_FREQ_REQ", "--cpu-freq"),
         JobOption("SCRUN_CPUS_PER_GPU", "--cpus-per-gpu"),
-        JobOption("SCRUN_CPUS_PER_TASK", "--cpus-per-task"),
+        JobOption("SCRUN_CPUS_PER_TASK", "--cpus-per-task", BOTH),
         JobOption("SCRUN_DELAY_BOOT", "--delay-boot"),
         JobOption("SCRUN_DEPENDENCY", "--dependency"),
-        JobOption("SCRUN_DISTRIBUTION", "--distribution"),
+        JobOption("SCRUN_DISTRIBUTION", "--distribution", BOTH),
         JobOption("SCRUN_EPILOG", "--epilog", STEP),
         JobOption("SCRUN_EXACT", "--exact", STEP, is_flag=True),
         # salloc's --exclusive[=user|mcs|oversubscribe|topo]; which a Slurm knows is
@@ -75,20 +78,20 @@ JOB_OPTIONS = {
         JobOption("SCRUN_JOB_NUM_NODES", "--nodes"),
         JobOption("SCRUN_LABELIO", "--label", STEP, is_flag=True),
         JobOption("SCRUN_MEM_BIND", "--mem-bind"),
-        JobOption("SCRUN_MEM_PER_CPU", "--mem-per-cpu"),
+        JobOption("SCRUN_MEM_PER_CPU", "--mem-per-cpu", BOTH),
         JobOption("SCRUN_MEM_PER_GPU", "--mem-per-gpu"),
-        JobOption("SCRUN_MEM_PER_NODE", "--mem"),
+        JobOption("SCRUN_MEM_PER_NODE", "--mem", BOTH),
         JobOption("SCRUN_MPI_TYPE", "--mpi", STEP),
         JobOption("SCRUN_NCORES_PER_SOCKET", "--cores-per-socket"),
-        JobOption("SCRUN_NETWORK", "--network"),
+        JobOption("SCRUN_NETWORK", "--network", BOTH),
         JobOption("SCRUN_NSOCKETS_PER_NODE", "--sockets-per-node"),
-        JobOption("SCRUN_NTASKS", "--ntasks"),
+        JobOption("SCRUN_NTASKS", "--ntasks", BOTH),
         JobOption("SCRUN_NTASKS_PER_CORE", "--ntasks-per-core"),
         JobOption("SCRUN_NTASKS_PER_GPU", "--ntasks-per-gpu"),
-        JobOption("SCRUN_NTASKS_PER_NODE", "--ntasks-per-node"),
+        JobOption("SCRUN_NTASKS_PER_NODE", "--ntasks-per-node", BOTH),
         JobOption("SCRUN_NTASKS_PER_TRES", "--ntasks-per-tres"),
         JobOption("SCRUN_OPEN_MODE", "--open-mode", STEP),
-        JobOption("SCRUN_OVERCOMMIT", "--overcommit", is_flag=True),
+        JobOption("SCRUN_OVERCOMMIT", "--overcommit", BOTH, is_flag=True),
         JobOption("SCRUN_OVERLAP", "--overlap", STEP, is_flag=True),
         JobOption("SCRUN_PARTITION", "--partition"),
         JobOption("SCRUN_POWER", "--power"),
@@ -104,11 +107,11 @@ JOB_OPTIONS = {
         JobOption("SCRUN_TASK_EPILOG", "--task-epilog", STEP),
         JobOption("SCRUN_TASK_PROLOG", "--task-prolog", STEP),
         JobOption("SCRUN_THREAD_SPEC", "--thread-spec"),
-        JobOption("SCRUN_THREADS_PER_CORE", "--threads-per-core"),
+        JobOption("SCRUN_THREADS_PER_CORE", "--threads-per-core", BOTH),
         JobOption("SCRUN_THREADS", "--threads", STEP),
         JobOption("SCRUN_TIMELIMIT", "--time"),
         JobOption("SCRUN_TRES_BIND", "--tres-bind", STEP),
-        JobOption("SCRUN_TRES_PER_TASK", "--tres-per-task"),
+        JobOption("SCRUN_TRES_PER_TASK", "--tres-per-task", BOTH),
         JobOption("SCRUN_UNBUFFEREDIO", "--unbuffered", STEP, is_flag=True),
         JobOption("SCRUN_USE_MIN_NODES", "--use-min-nodes", is_flag=True),
         # salloc takes the wait only after the count: --switches=count@max-time.
@@ -164,7 +167,7 @@ def arguments(options: Mapping[str, str], applies_to: str) -> list[str]:
 
 def _joined(options: Mapping[str, str], applies_to: str) -> dict[str, str]:
     """The settings for salloc or srun, each joining value at the end of the one it joins."""
-    mine = {k: v for k, v in options.items() if JOB_OPTIONS[k].applies_to == applies_to}
+    mine = {k: v for k, v in options.items() if JOB_OPTIONS[k].applies_to in (applies_to, BOTH)}
     joined = dict(mine)
     for key, value in mine.items():
         option = JOB_OPTIONS[key]
