@@ -5,10 +5,12 @@ them: for tests of what the anchor does with a request, without a job."""
 from __future__ import annotations
 
 import os
+import queue
 import threading
 import time
 from pathlib import Path
 
+from pyscrun import poller
 from pyscrun.anchor import protocol
 from pyscrun.anchor.agent_port import AgentPort
 from pyscrun.anchor.control import ControlSocket
@@ -18,11 +20,15 @@ from pyscrun.anchor.stand_in import StandIn
 from pyscrun.anchor.store import Store
 from pyscrun.anchor.task_orders import RULES
 from pyscrun.backends.base import Allocation
-from pyscrun.channel import peer
+from pyscrun.channel import files, peer
 from pyscrun.cli import main
 from pyscrun.conf import ociconf
 from pyscrun.conf.site import PyscrunConf, Site
+from pyscrun.errors import ChannelError
+from pyscrun.fs import remove_tree
 from pyscrun.leave import exit_status_of
+from pyscrun.node.criu import local_order, task_image_dir, task_work_dir
+from pyscrun.node.images import LOCAL_DIR
 from pyscrun.oci.bundle import Bundle
 
 TYPE_CHECKING = False
@@ -35,13 +41,21 @@ ID = "c1"
 
 class Agent(threading.Thread):
     """Task 0's node agent: says hello, reports its container running and does every
-    pause, resume, ..., checkpoint (its images where the anchor sees them) it is
-    ordered; the orders it got, in turn."""
+    pause, resume, ..., checkpoint it is ordered; the orders it got, in turn. Its images
+    go where the anchor sees them, or, once sees_image_path is False, over the channel
+    as a node's that does not see the image path (node/images.py)."""
 
-    def __init__(self, port: int, secret: bytes) -> None:
+    def __init__(self, port: int, secret: bytes, node_dir: str) -> None:
         super().__init__(daemon=True)
         self.port, self.secret = port, secret
+        self.node_dir = node_dir  # its node's own disk
         self.orders: list[str] = []
+        self.sees_image_path = True
+        self.to_say: queue.Queue[dict[str, Any]] = queue.Queue()
+
+    def say(self, message: dict[str, Any]) -> None:
+        """Send the anchor a message of the agent's own (its container's exit, say)."""
+        self.to_say.put(message)
 
     def run(self) -> None:
         link = peer.dial("127.0.0.1", self.port, self.secret, timeout=5)
@@ -51,18 +65,47 @@ class Agent(threading.Thread):
         link.send_message({"event": "running"}, 5)
         try:
             while True:
+                while not self.to_say.empty():
+                    link.send_message(self.to_say.get(), 5)
+                if not link.early and not _readable(link, 0.05):
+                    continue
                 for order in peer.messages(link.receive()):
                     self.orders.append(order["op"])
                     if order["op"] in RULES:
                         link.send_message({"event": "ordered", "order": order["op"],
                                            "error": None}, 5)
                     elif order["op"] == "checkpoint":
-                        # As CRIU dumps: one of its files written (or rewritten).
-                        Path(order["image_path"], "pages-1.img").write_text("dumped")
-                        link.send_message({"event": "checkpointed", "error": None}, 5)
+                        error = self._checkpoint(link, order)
+                        link.send_message({"event": "checkpointed", "error": error}, 5)
         except peer.PeerGone:
             pass  # the anchor closed the channel: the test is over
         link.close()
+
+    def _checkpoint(self, link: peer.Peer, order: dict[str, Any]) -> str | None:
+        """As CRIU dumps: one of its files written (or rewritten), and its log."""
+        if self.sees_image_path:
+            Path(order["image_path"], "pages-1.img").write_text("dumped")
+            return None
+        local = os.path.join(self.node_dir, LOCAL_DIR)
+        here = local_order(order, local)
+        try:
+            for directory, name in ((task_image_dir(here["image_path"], "0"), "pages-1.img"),
+                                    (task_work_dir(here, "0"), "dump.log")):
+                Path(directory).mkdir(parents=True)
+                Path(directory, name).write_text("dumped")
+            files.send_tree(link, task_image_dir(here["image_path"], "0"), "image")
+            files.send_tree(link, task_work_dir(here, "0"), "work")
+        except ChannelError as err:
+            return str(err)
+        finally:
+            remove_tree(local)
+        return None
+
+
+def _readable(link: peer.Peer, timeout: float) -> bool:
+    with poller.Poller() as selector:
+        selector.register(link.sock, poller.READ)
+        return bool(selector.select(timeout))
 
 
 class Harness:
@@ -88,7 +131,7 @@ class Harness:
             anchor.selector, anchor.agents, anchor.secret, None, loopback_only=True,
             on_event=anchor._agent_event, on_stream=anchor._agent_stream,
             on_gone=anchor._agent_gone)
-        self.agent = Agent(anchor.agent_port.port, anchor.secret)
+        self.agent = Agent(anchor.agent_port.port, anchor.secret, str(tmp_path / "node"))
         self.agent.start()
         self.serve_until(anchor.agents.all_running)
 
@@ -102,11 +145,11 @@ class Harness:
                 self.anchor._dispatch(key, events)
             self.anchor._rearm()
 
-    def scrun(self, verb: str) -> int:
-        """`scrun --root ROOT VERB c1` as podman runs it, while the anchor serves; its
-        exit status (what it says goes to stderr)."""
+    def scrun(self, verb: str, *options: str) -> int:
+        """`scrun --root ROOT VERB [OPTIONS] c1` as podman runs it, while the anchor
+        serves; its exit status (what it says goes to stderr)."""
         status: list[int] = []
-        argv = ["--root", self.root, verb, ID]
+        argv = ["--root", self.root, verb, *options, ID]
         thread = threading.Thread(target=lambda: status.append(
             exit_status_of(lambda: main.run(argv))))
         thread.start()

@@ -10,6 +10,7 @@ import pytest
 
 from pyscrun import log
 from tests.unit.anchor_harness import Harness
+from tests.unit.mounts import Mounts
 
 
 @pytest.fixture
@@ -35,3 +36,11 @@ def logged(monkeypatch: pytest.MonkeyPatch) -> Iterator[io.StringIO]:
     logger.stderr_level, logger.stderr, logger.prefix = log.DEBUG5, out, "t"
     monkeypatch.setattr(log, "current", logger)
     yield out
+
+
+@pytest.fixture
+def mounts() -> Iterator[Mounts]:
+    """File system faults for one test (mounts.py), undone after it."""
+    made = Mounts()
+    yield made
+    made.undo()

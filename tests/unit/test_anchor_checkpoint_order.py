@@ -3,13 +3,23 @@ line; the anchor goes on serving and its container goes on running (it used to e
 both). The CLI checks the path first: a client that skips the check, or a path that
 becomes unwritable between the check and the order, reaches the anchor as here.
 
+Images a node sends over the channel that cannot be written here are the same: our
+disk failed, not the agent, whose link stays up and whose container runs on (the link
+used to be dropped as if the agent had sent garbage, and the agent, without its
+anchor, killed the container).
+
 A real anchor with its agent on loopback (anchor_harness.py); the faults are real: a
-regular file where the image directory is to be, a directory where the manifest is.
+regular file where the image directory is to be, a directory where the manifest is, a
+full tmpfs, a read-only bind mount (mounts.py).
 """
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
+
+import pytest
 
 from pyscrun.node.criu import MANIFEST
 from pyscrun.oci.state import RUNNING
@@ -19,6 +29,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from tests.unit.anchor_harness import Harness
+    from tests.unit.mounts import Mounts
 
 
 def test_an_image_path_that_cannot_be_written_fails_the_checkpoint_not_the_anchor(
@@ -54,3 +65,39 @@ def test_a_manifest_that_cannot_be_written_fails_the_checkpoint_in_one_line(
     assert sorted(p.name for p in images.iterdir()) == ["disk.img", "inventory.img", MANIFEST]
     assert (images / "disk.img").read_text() == "the user's"
     assert one.ask({"op": "state"})["state"]["status"] == RUNNING
+
+
+@pytest.mark.parametrize("unwritable", ["image path full", "work path read-only"])
+def test_images_from_a_node_that_cannot_be_written_fail_the_checkpoint_not_the_container(
+        harness: Callable[[str], Harness], tmp_path: Path, mounts: Mounts,
+        capsys: pytest.CaptureFixture[str], unwritable: str) -> None:
+    one = harness(RUNNING)
+    one.agent.sees_image_path = False
+    images, work = tmp_path / "images", tmp_path / "work"
+    if unwritable == "image path full":
+        mounts.full_tmpfs(images)
+        work.mkdir()
+        failing, why = images, os.strerror(errno.ENOSPC)
+    else:
+        images.mkdir()
+        mounts.read_only(work)
+        failing, why = work, os.strerror(errno.EROFS)
+    before = sorted(p.name for p in images.iterdir())
+    assert one.scrun("checkpoint", "--image-path", str(images), "--work-path", str(work),
+                     "--leave-running") == 1
+    # The CLI's line, and the anchor's log of it (one process here, one stderr).
+    assert set(capsys.readouterr().err.splitlines()) == {
+        f"scrun: error: checkpoint failed: task 0: cannot write in {failing}: {why}"}
+    assert one.agent.orders == ["checkpoint"]
+    # The round left nothing of its own: no probe, no image, no log.
+    assert sorted(p.name for p in images.iterdir()) == before
+    assert not any(work.iterdir())
+    # The link is up, nothing was killed, and the container runs on...
+    assert [link.task for link in one.anchor.agents.connected] == ["0"]
+    assert one.anchor.agents.given == []
+    assert one.ask({"op": "state"})["state"]["status"] == RUNNING
+    # ...until it ends by itself, with its own status.
+    one.agent.say({"event": "exit", "status": 3})
+    one.serve_until(lambda: bool(one.anchor.agents.exit_statuses))
+    assert one.anchor.agents.exit_statuses == [3]
+    assert one.anchor.agents.unreported() == 0

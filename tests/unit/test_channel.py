@@ -16,6 +16,10 @@ from pyscrun import sockets
 from pyscrun.channel import auth, files, frames, peer, tcp
 from pyscrun.errors import ChannelError
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from tests.unit.mounts import Mounts
+
 FUZZ = settings(max_examples=200, deadline=None, database=None)
 SECRET = b"s" * 32
 
@@ -370,6 +374,28 @@ def test_an_error_instead_of_a_tree_is_a_channel_error(tmp_path: Path) -> None:
     with pytest.raises(ChannelError, match="no rootfs here"):
         files.fetch_tree(agent, "send-bundle", "bundle-sent",
                          files.TreeReceiver({"bundle": str(tmp_path)}), lambda frames_: None)
+    agent.close()
+    anchor_sock.close()
+
+
+def test_a_tree_that_cannot_be_written_here_is_read_to_its_end_and_said_in_one_line(
+        tmp_path: Path, mounts: Mounts) -> None:
+    """This side's disk failed, not the sender: every frame of the tree is still taken,
+    and once all of it has arrived the error names the place and why."""
+    agent_sock, anchor_sock = socket.socketpair()
+    agent = peer.Peer(agent_sock, SECRET)
+    target = tmp_path / "images"
+    mounts.read_only(target)
+    anchor_sock.sendall(
+        frames.message({"op": "file", "area": "image", "path": "pages-1.img"})
+        + frames.frame(frames.FILE, b"p" * 1000) + frames.frame(frames.FILE)
+        + frames.message({"op": "file", "area": "image", "path": "task-1/core.img"})
+        + frames.frame(frames.FILE, b"c") + frames.frame(frames.FILE)
+        + frames.message({"op": "images-sent", "error": None}))
+    with pytest.raises(ChannelError) as failed:
+        files.fetch_tree(agent, "send-images", "images-sent",
+                         files.TreeReceiver({"image": str(target)}), lambda frames_: None)
+    assert str(failed.value) == f"cannot write in {target}: Read-only file system"
     agent.close()
     anchor_sock.close()
 

@@ -4,6 +4,7 @@ bring_back) with real files, tar and rsync, as root owns a rootfs."""
 
 from __future__ import annotations
 
+import io
 import os
 import stat
 import subprocess
@@ -55,8 +56,9 @@ def _view(root: Path) -> dict[str, tuple[object, ...]]:
 
 
 def _ship_back(node: Path, baseline: Baseline, login: Path, spool: Path,
-               ) -> tuple[list[str], list[str]]:
-    """What task 0 sends, applied as the anchor applies it: (changed, removed) sent."""
+               failed: str | None = None) -> tuple[list[str], list[str]]:
+    """What task 0 sends, applied as the anchor applies it (failed: why what it sent
+    could not all be written on the login host): (changed, removed) sent."""
     changed, removed = baseline.changes()
     shipment = Shipment(str(login), str(spool))
     os.makedirs(shipment.back)
@@ -64,7 +66,7 @@ def _ship_back(node: Path, baseline: Baseline, login: Path, spool: Path,
         files.pack_listed(str(node), changed, os.path.join(shipment.back, CHANGES_ARCHIVE))
     Path(shipment.back, REMOVED_LIST).write_bytes(b"".join(
         os.fsencode(path) + b"\0" for path in removed))
-    shipment.bring_back(str(login))
+    shipment.bring_back(str(login), failed)
     assert not os.path.exists(shipment.back)
     return changed, removed
 
@@ -142,3 +144,18 @@ def test_a_removal_never_goes_through_a_link(tmp_path: Path) -> None:
     for climbing in ("../outside/d/keep", "/etc/passwd", "real/../../outside", ""):
         with pytest.raises(ValueError):
             remove_beneath(str(root), climbing)
+
+
+def test_changes_that_could_not_all_be_written_here_are_not_put_in_place(
+        trees: tuple[Path, Path, Baseline], tmp_path: Path, logged: io.StringIO) -> None:
+    """A part of the changes would leave the rootfs neither as it was nor as the
+    container left it."""
+    login, node, baseline = trees
+    before = _view(login)
+    (node / "made").write_text("new\n")
+    (node / "etc/conf.d/a").unlink()
+    failed = f"cannot write in {tmp_path}: No space left on device"
+    _ship_back(node, baseline, login, tmp_path / "spool", failed)
+    assert _view(login) == before
+    assert logged.getvalue().splitlines() == [
+        f"t: error: the container's changes to its rootfs did not come back: {failed}"]

@@ -126,7 +126,7 @@ class Agents:
         self.receivers_before = {a: a.receiver for a in self.connected}
         agents_order = self.round.order_for_agents()
         for agent in list(self.connected):
-            agent.receiver = self.round.receiver(agent.task or "0")
+            agent.receiver = self.round.receiver(agent)
             if not agent.send(agents_order):
                 self.round.lost(agent)
 
@@ -141,9 +141,8 @@ class Agents:
             return None
         self.round = None
         done.remove_probe()
+        done.close_receivers()
         for agent in self.connected:
-            if agent.receiver is not None:
-                agent.receiver.close()
             agent.receiver = self.receivers_before.get(agent)
         self.receivers_before = {}
         errors = done.errors

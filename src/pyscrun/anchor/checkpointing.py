@@ -72,6 +72,7 @@ class CheckpointRound(Answers):
         self.probe = place_probe(str(order["image_path"]))
         # What the image path held before: a failed round removes only what it wrote.
         self.before = _entries(str(order["image_path"]))
+        self.receivers: dict[object, TreeReceiver] = {}
 
     def order_for_agents(self) -> dict[str, Any]:
         order = dict(self.order)
@@ -80,10 +81,24 @@ class CheckpointRound(Answers):
             order["leave_running"] = True
         return order
 
-    def receiver(self, task_id: str) -> TreeReceiver:
+    def receiver(self, agent: object) -> TreeReceiver:
         """Where a task's images go when its node sends them over the channel."""
-        return TreeReceiver({"image": task_image_dir(str(self.order["image_path"]), task_id),
-                             "work": task_work_dir(self.order, task_id)})
+        task_id = self.tasks[agent]
+        receiver = TreeReceiver({"image": task_image_dir(str(self.order["image_path"]), task_id),
+                                 "work": task_work_dir(self.order, task_id)})
+        self.receivers[agent] = receiver
+        return receiver
+
+    def record(self, agent: object, error: str | None) -> bool:
+        """An agent's answer: one whose images could not be written here failed too,
+        though it did its part."""
+        receiver = self.receivers.get(agent)
+        return super().record(agent, error or (receiver.failed if receiver else None))
+
+    def close_receivers(self) -> None:
+        """What a task was still sending (its agent gone half-way) is given up."""
+        for receiver in self.receivers.values():
+            receiver.close()
 
     def remove_probe(self) -> None:
         remove_probe(self.probe)

@@ -107,8 +107,8 @@ class Orders:
         if event == "exit":
             if agent.task == "0" and agent.receiver is not None and self.shipment is not None:
                 agent.receiver.close()
-                agent.receiver = None
-                self.shipment.bring_back(self.staging.rootfs)
+                failed, agent.receiver = agent.receiver.failed, None
+                self.shipment.bring_back(self.staging.rootfs, failed)
             agent.reported_exit = True
             self.agents.exit_statuses.append(message["status"])
         elif event == "running":

@@ -31,7 +31,7 @@ import os
 from pyscrun import log
 from pyscrun.anchor.agents import AgentLink
 from pyscrun.channel import files
-from pyscrun.errors import ScrunError
+from pyscrun.errors import ChannelError, ScrunError
 from pyscrun.fs import remove_beneath, remove_tree
 from pyscrun.node.rootfs_changes import CHANGES_ARCHIVE, REMOVED_LIST
 from pyscrun.node.shipped import ROOTFS_ARCHIVE
@@ -66,12 +66,15 @@ class Shipment:
         os.makedirs(self.back, mode=0o700, exist_ok=True)
         return files.TreeReceiver({"rootfs": self.back})
 
-    def bring_back(self, rootfs: str) -> None:
+    def bring_back(self, rootfs: str, failed: str | None) -> None:
         """What the container changed, as task 0 sent it, put in place in the rootfs
-        here (errors logged: the container has ended either way)."""
+        here, unless it could not all be written here (failed: why); errors logged:
+        the container has ended either way."""
         archive = os.path.join(self.back, CHANGES_ARCHIVE)
         removed = os.path.join(self.back, REMOVED_LIST)
         try:
+            if failed is not None:
+                raise ChannelError(failed)  # a part is no change to put in place
             if os.path.exists(archive):
                 files.unpack(archive, os.path.join(self.back, "rootfs"))
                 os.unlink(archive)

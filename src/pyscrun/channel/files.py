@@ -61,7 +61,12 @@ def send_tree(peer: Peer, root: str, area: str,
 class TreeReceiver:
     """Files arriving for the areas given (area -> the directory they go below).
     archives: files that are tar archives, (area, path) -> the directory each is
-    unpacked into as it arrives, never written out whole."""
+    unpacked into as it arrives, never written out whole.
+
+    A file that cannot be written here (a full disk, a read-only directory) is this
+    side's failure, not the sender's: the rest of the tree is still read, to keep the
+    channel in step, and dropped; `failed` says why, for the owner to report once the
+    tree has arrived."""
 
     def __init__(self, areas: dict[str, str],
                  archives: dict[tuple[str, str], str] | None = None) -> None:
@@ -69,6 +74,8 @@ class TreeReceiver:
         self.archives = archives or {}
         self.fd = -1
         self.unpacking: Unpacking | None = None
+        self.failed: str | None = None
+        self.area = ""  # the area of the file being written
 
     def begin(self, message: dict[str, object]) -> None:
         """A `file` message: the file its FILE frames fill. ValueError if it would
@@ -77,26 +84,28 @@ class TreeReceiver:
         area, path = message.get("area"), message.get("path")
         if not isinstance(area, str) or area not in self.areas or not isinstance(path, str):
             raise ValueError(f"a file for no known place ({area!r})")
+        self.area = area
         if (area, path) in self.archives:
-            self.unpacking = Unpacking(self.archives[area, path])
-            self.fd = self.unpacking.fd
+            self._write(lambda: self._unpack(self.archives[area, path]))
             return
         root = os.path.realpath(self.areas[area])
         target = os.path.realpath(os.path.join(root, path))
         if os.path.isabs(path) or os.path.commonpath((root, target)) != root or target == root:
             raise ValueError(f"a file outside its place: {path!r}")
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        self.fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
-                          | os.O_CLOEXEC, 0o600)
+        self._write(lambda: self._open(target))
 
     def data(self, payload: bytes) -> None:
+        if self.failed is not None:
+            return
         if self.fd < 0:
             raise ValueError("file data without a file")
         if not payload:
+            fd, self.fd = self.fd, -1
             if self.unpacking is not None:
-                unpacking, self.unpacking, self.fd = self.unpacking, None, -1
+                unpacking, self.unpacking = self.unpacking, None
                 unpacking.finish()
-            self.close()
+            else:
+                self._write(lambda: os.close(fd))  # a write-back error shows only here
             return
         view = memoryview(payload)
         try:
@@ -105,15 +114,43 @@ class TreeReceiver:
         except BrokenPipeError:
             raise ValueError(self.unpacking.failure() if self.unpacking is not None
                              else "the file was closed") from None
+        except OSError as err:
+            self._fail(err)
 
     def close(self) -> None:
-        """Whatever was under way ends (an archive only part unpacked: its tar killed)."""
+        """Whatever was under way ends, given up (an archive only part unpacked: its
+        tar killed)."""
+        fd, self.fd = self.fd, -1
         if self.unpacking is not None:
             self.unpacking.abandon()
             self.unpacking = None
-        elif self.fd >= 0:
-            os.close(self.fd)
-        self.fd = -1
+        elif fd >= 0:
+            try:
+                os.close(fd)
+            except OSError:
+                pass  # what it held is lost either way
+
+    def _open(self, target: str) -> None:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        self.fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+                          | os.O_CLOEXEC, 0o600)
+
+    def _unpack(self, root: str) -> None:
+        self.unpacking = Unpacking(root)
+        self.fd = self.unpacking.fd
+
+    def _write(self, step: Callable[[], None]) -> None:
+        """step, unless a write failed already; its own failure recorded."""
+        if self.failed is not None:
+            return
+        try:
+            step()
+        except OSError as err:
+            self._fail(err)
+
+    def _fail(self, err: OSError) -> None:
+        self.failed = f"cannot write in {self.areas[self.area]}: {err.strerror or err}"
+        self.close()
 
 
 class Unpacking:
@@ -183,6 +220,8 @@ def fetch_tree(peer: Peer, request: str, done: str, receiver: TreeReceiver,
                 elif message.get("op") == done:
                     if message.get("error"):
                         raise ChannelError(str(message["error"]))
+                    if receiver.failed is not None:
+                        raise ChannelError(receiver.failed)
                     # What came with the end (stdin, orders) is not the tree's.
                     other(received[index + 1:])
                     return
