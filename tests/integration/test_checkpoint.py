@@ -215,8 +215,8 @@ def test_multi_task_container_is_checkpointed_whole(runtime: Runtime, tmp_path: 
 
 # -- failures, through scrun's own command line -------------------------------------------
 
-def _scrun_ok(runtime: Runtime, *args: str) -> str:
-    done = runtime.scrun(*args)
+def _scrun_ok(runtime: Runtime, *args: str, env: dict[str, str] | None = None) -> str:
+    done = runtime.scrun(*args, env=env)
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -317,6 +317,34 @@ def _checkpointed_and_deleted(runtime: Runtime, bundle: Path, container_id: str,
     _scrun_ok(runtime, "checkpoint", "--image-path", str(images), container_id)
     _scrun_ok(runtime, "delete", container_id)
     return images
+
+
+def test_a_restore_whose_one_task_fails_fails_whole_and_leaves_nothing(
+        runtime: Runtime, tmp_path: Path) -> None:
+    """Two tasks, one of whose images are broken: the restore fails at once, naming the
+    task, and the task that came back is not left running (the fixture's leak check)."""
+    bundle = make_bundle(tmp_path, ["sh", "-c", COUNTER])
+    tasks = {"SCRUN_NTASKS": "2"}
+    _scrun_ok(runtime, "create", "-b", str(bundle), "mt0", env=tasks)
+    _scrun_ok(runtime, "start", "mt0")
+    time.sleep(1)
+    images = tmp_path / "img"
+    _scrun_ok(runtime, "checkpoint", "--image-path", str(images), "mt0")
+    _scrun_ok(runtime, "delete", "mt0")
+    broken = list((images / "task-1").glob("core-*.img"))
+    assert broken, sorted(str(p.relative_to(images)) for p in images.rglob("*"))
+    for core in broken:
+        core.write_bytes(b"garbage")
+    started = time.monotonic()
+    done = runtime.scrun("restore", "-b", str(bundle), "--image-path", str(images), "mt1",
+                         env=tasks, timeout=120)
+    assert done.returncode != 0
+    assert time.monotonic() - started < 30, "the restore waited for a task that had failed"
+    # After what runc and srun said of the task: which task failed, and why.
+    assert done.stderr.strip().splitlines()[-1] == \
+        "scrun: error: restore failed: task 1: RunTimeRestore exited 1", done.stderr
+    assert runtime.scrun("state", "mt1").returncode != 0
+    shutil.rmtree(images)
 
 
 def test_restore_from_a_read_only_image_path(runtime: Runtime, tmp_path: Path) -> None:

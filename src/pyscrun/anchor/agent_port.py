@@ -137,7 +137,7 @@ class AgentPort:
     def _hello(self, link: AgentLink, message: dict[str, Any]) -> None:
         op = message.get("op")
         if op == "agent-error":
-            self.agents.last_error = str(message.get("message", ""))
+            self.agents.failed(str(message.get("task") or "0"), str(message.get("message", "")))
             log.current.error(f"node agent: {self.agents.last_error}")
             self.strangers.remove(link)
             link.deadline = None

@@ -74,6 +74,11 @@ class Agents:
             if self.round is not None:
                 self.round.lost(agent)
 
+    def failed(self, task: str, error: str) -> None:
+        """An agent's error, before its container ran: of which task, when there are
+        several."""
+        self.last_error = f"task {task}: {error}" if self.tasks > 1 else error
+
     def unreported(self) -> int:
         """Agents that have not said how their container ended: lost, or still
         connected once their step is over (about to be killed with it)."""

@@ -314,6 +314,12 @@ class Anchor(Ending):
             self.stdio.close_stdin()
 
     def _agent_gone(self, link: AgentLink) -> None:
+        if self.request.restore is not None and self.ready_fd is not None \
+                and not link.reported_exit:
+            # A task that could not come back fails the whole restore (its agent's
+            # error says why): the others, restored, would run on while create waits
+            # for every task, as srun runs the step with --kill-on-bad-exit=0.
+            self._kill(_signal.SIGKILL)
         self._answer_checkpoint()
         if self.task_order is not None:
             self.task_order.lost(link)

@@ -43,7 +43,8 @@ def _report_error(env: dict[str, str], message: str) -> None:
         link = peer.dial(*anchor_address(env), DIAL_TIMEOUT)
     except (ScrunError, ValueError):
         return
-    link.send(frames.message({"op": "agent-error", "message": message}))
+    link.send(frames.message({"op": "agent-error", "message": message,
+                              "task": env.get("SLURM_PROCID", "0")}))
     link.flush_blocking(REPORT_TIMEOUT)
     link.close()
 
