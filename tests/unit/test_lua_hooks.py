@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from pyscrun.anchor import staging
+from pyscrun.conf.site import load as load_site
 from pyscrun.hooks import lua
 
 STAGE_FUNCTIONS = """\
@@ -248,6 +249,48 @@ def test_long_messages_are_cut(tmp_path: Path) -> None:
 def test_constants_are_slurms(tmp_path: Path) -> None:
     hooks = load(tmp_path, STAGE_FUNCTIONS)
     assert hooks.runtime.execute("return slurm.SUCCESS, slurm.ERROR, slurm.FAILURE") == (0, -1, -1)
+    assert hooks.runtime.execute(
+        "return slurm.NO_VAL, slurm.NO_VAL16, slurm.INFINITE, slurm.NO_VAL64, slurm.INFINITE64"
+    ) == (0xFFFFFFFE, 0xFFFE, 0xFFFFFFFF, 2.0**64, 2.0**64)
+    assert hooks.runtime.execute(
+        "return slurm.SLURM_SUCCESS, slurm.SLURM_ERROR, slurm.ESLURM_INVALID_PARTITION_NAME,"
+        " slurm.ESLURM_ACCESS_DENIED, slurm.ESPANK_ERROR, slurm.ESLURM_CONTAINER_NOT_CONFIGURED,"
+        " slurm.EINPROGRESS, slurm.ESLURM_JOB_SETTING_DB_INX"
+    ) == (0, -1, 2000, 2002, 3000, 10000, 115, 2103)
+    assert hooks.runtime.execute(
+        "return slurm.JOB_SHARED_MCS, slurm.MEM_PER_CPU, slurm.STEPMGR_ENABLED"
+    ) == (3, 2.0**63, 2**41)
+    # Slurm's spelling, not the header's; and its lua_pushnumber's floats.
+    assert hooks.runtime.execute("return slurm.MAIL_JOB_TIME890, slurm.MAIL_JOB_TIME90") == (32, None)
+    assert hooks.runtime.execute("return math.type(slurm.SUCCESS), tostring(slurm.NO_VAL)") == (
+        b"float", b"4294967294.0")
+
+
+def test_an_error_code_returned_fails_the_stage(tmp_path: Path) -> None:
+    hooks = load(tmp_path, """function slurm_scrun_stage_in()
+      return slurm.ESLURM_ACCESS_DENIED
+    end
+    function slurm_scrun_stage_out() return slurm.ESLURM_CONTAINER_NOT_CONFIGURED end
+    """)
+    assert stage_in_error(hooks) == (f"slurm_scrun_stage_in: {tmp_path}/scrun.lua:2: "
+                                     "returned 2002 instead of slurm.SUCCESS")
+    with pytest.raises(lua.HookError, match=r":4: returned 10000 instead of slurm.SUCCESS$"):
+        hooks.stage_out("id", "/b", "/b", "/r", "/r", "/s", "/c", 1, 0, 0)
+    assert "returned 2051 on load" in load_error(tmp_path, STAGE_FUNCTIONS
+                                                 + "return slurm.ESLURM_INVALID_TIME_LIMIT\n")
+
+
+def test_cluster_name_is_slurm_conf_s_in_lower_case(tmp_path: Path) -> None:
+    (tmp_path / "slurm.conf").write_text("SlurmctldHost=h\nClusterName=Blue # the lab's\n")
+    site = load_site(str(tmp_path / "slurm.conf"))
+    assert site.cluster_name() == "blue"
+    script = tmp_path / "scrun.lua"
+    script.write_text(STAGE_FUNCTIONS)
+    hooks = staging.load_hooks(str(script), Runner(), "/b", "/r", None, site.cluster_name())
+    assert hooks is not None and hooks.runtime.execute("return slurm.CLUSTER_NAME") == b"blue"
+    assert load(tmp_path, STAGE_FUNCTIONS).runtime.execute("return slurm.CLUSTER_NAME") is None
+    (tmp_path / "slurm.conf").write_text("SlurmctldHost=h\n")
+    assert load_site(str(tmp_path / "slurm.conf")).cluster_name() is None
 
 
 def test_remote_command(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 
 from pyscrun import log
 from pyscrun.errors import ScrunError
-from pyscrun.hooks import prelude
+from pyscrun.hooks import constants, prelude
 from pyscrun.hooks.luajson import LuaJson
 from pyscrun.hooks.timestr import time_str2mins
 
@@ -32,8 +32,7 @@ CommandRunner = Callable[[str], tuple[int, str]]
 
 STAGE_IN = "slurm_scrun_stage_in"
 STAGE_OUT = "slurm_scrun_stage_out"
-# Slurm's SLURM_SUCCESS and SLURM_ERROR (slurm/slurm_errno.h).
-SUCCESS, ERROR = 0, -1
+SUCCESS = constants.SLURM["SUCCESS"]
 # slurm.log's levels 0..4 and above, as Slurm's _log_lua_msg maps them.
 _LOG_LEVELS = (log.INFO, log.VERBOSE, log.DEBUG, log.DEBUG2, log.DEBUG3)
 # Longest error message passed on: a script may raise whole command outputs.
@@ -63,7 +62,8 @@ class ScrunLua:
     """One loaded scrun.lua with its own Lua state; use load() to make one."""
 
     def __init__(self, path: Path, remote_command: CommandRunner, bundle: str,
-                 root_path: str, allocator_command: CommandRunner) -> None:
+                 root_path: str, allocator_command: CommandRunner,
+                 cluster_name: str | None) -> None:
         self.path = path
         self.remote_command = remote_command
         self.allocator_command = allocator_command
@@ -85,8 +85,11 @@ class ScrunLua:
             b"encode": self.json.encode,
             b"decode": self.json.decode,
         })
+        numbers = self.runtime.table_from({_bytes(key): float(value)
+                                           for key, value in constants.SLURM.items()})
         self._call = self.runtime.execute(prelude.SOURCE, _bytes(path.name), callbacks,
-                                          self.json.null)
+                                          self.json.null, numbers,
+                                          None if cluster_name is None else _bytes(cluster_name))
 
     # -- the script ----------------------------------------------------------------------
     def _load(self) -> None:
@@ -216,13 +219,15 @@ def _as_int(number: Any) -> int:
 
 
 def load(path: Path, remote_command: CommandRunner, bundle: str, root_path: str,
-         allocator_command: CommandRunner | None = None) -> ScrunLua:
+         allocator_command: CommandRunner | None = None,
+         cluster_name: str | None = None) -> ScrunLua:
     """The script at path, loaded and checked. Its commands: remote_command on the job's
-    nodes, allocator_command here (by default a shell with this process's environment)."""
+    nodes, allocator_command here (by default a shell with this process's environment);
+    slurm.CLUSTER_NAME is cluster_name (nil for None, as Slurm's without one)."""
     if allocator_command is None:
         from pyscrun.shell import run_shell
 
         allocator_command = run_shell
-    hooks = ScrunLua(path, remote_command, bundle, root_path, allocator_command)
+    hooks = ScrunLua(path, remote_command, bundle, root_path, allocator_command, cluster_name)
     hooks._load()
     return hooks

@@ -1,7 +1,8 @@
 """The Lua side of scrun.lua's host: the `slurm` table, `require 'json'` and the caller.
 
-Run once per Lua state with (script name, Python callbacks, json.null). It mirrors
-Slurm's src/lua/slurm_lua.c and src/scrun/lua.c where scripts can tell:
+Run once per Lua state with (script name, Python callbacks, json.null, the constants
+of constants.py, CLUSTER_NAME or nil). It mirrors Slurm's src/lua/slurm_lua.c and
+src/scrun/lua.c where scripts can tell:
 
 - Slurm's C functions read their argument from the top of the Lua stack, the last
   one passed; so do these (`last`).
@@ -18,7 +19,7 @@ result can be reported where it was returned.
 """
 
 SOURCE = r"""
-local name, py, null = ...
+local name, py, null, constants, cluster_name = ...
 local source = "@" .. name
 local prefix = name .. ":"
 
@@ -47,10 +48,8 @@ local function guarded(what, fn)
   end
 end
 
-local slurm = {
-  SUCCESS = 0, ERROR = -1, FAILURE = -1,
-  INFINITE = 0xffffffff, NO_VAL = 0xfffffffe,
-}
+local slurm = constants
+slurm.CLUSTER_NAME = cluster_name
 
 function slurm.log(...)
   local n = select("#", ...)
