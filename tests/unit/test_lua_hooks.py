@@ -358,6 +358,48 @@ def test_json_and_slurm_json_are_there(tmp_path: Path) -> None:
     assert hooks.runtime.execute(code) == b'{"a":[]}'
 
 
+# -- modules ---------------------------------------------------------------------------------
+# Debian's liblua5.4 path, as its `lua5.4 -e 'print(package.path)'` prints it.
+DEBIAN_PATH = (b"/usr/local/share/lua/5.4/?.lua;/usr/local/share/lua/5.4/?/init.lua;"
+               b"/usr/local/lib/lua/5.4/?.lua;/usr/local/lib/lua/5.4/?/init.lua;"
+               b"/usr/share/lua/5.4/?.lua;/usr/share/lua/5.4/?/init.lua;./?.lua;./?/init.lua")
+
+
+def test_package_path_is_the_distribution_s(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LUA_PATH", raising=False)
+    monkeypatch.delenv("LUA_PATH_5_4", raising=False)
+    assert load(tmp_path, STAGE_FUNCTIONS).runtime.eval("package.path") == DEBIAN_PATH
+    # liblua's rules: LUA_PATH_5_4 before LUA_PATH, the first ';;' for the default.
+    assert lua.package_path("5.4", {b"LUA_PATH": b"/a/?.lua;;/b/?.lua;;"}) == (
+        b"/a/?.lua;" + DEBIAN_PATH + b";/b/?.lua;;")
+    assert lua.package_path("5.4", {b"LUA_PATH": b"/a/?.lua"}) == b"/a/?.lua"
+    assert lua.package_path("5.4", {b"LUA_PATH_5_4": b";;", b"LUA_PATH": b"/a/?.lua"}) == DEBIAN_PATH
+    assert lua.package_path("5.4", {b"LUA_PATH_5_4": b"", b"LUA_PATH": b"/a/?.lua"}) == b""
+
+
+def test_site_modules_on_lua_path_and_the_site_s_json_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    modules = tmp_path / "modules"
+    (modules / "sitepkg").mkdir(parents=True)
+    (modules / "sitemod.lua").write_text("return {answer = 42}\n")
+    (modules / "sitepkg" / "init.lua").write_text("return {name = ...}\n")
+    (modules / "json.lua").write_text("return {site = true}\n")
+    monkeypatch.delenv("LUA_PATH_5_4", raising=False)
+    monkeypatch.setenv("LUA_PATH", f"{modules}/?.lua;{modules}/?/init.lua;;")
+    hooks = load(tmp_path, """local sitemod, sitepkg = require 'sitemod', require 'sitepkg'
+    local json = require 'json'
+    function slurm_scrun_stage_in()
+      if sitemod.answer == 42 and sitepkg.name == "sitepkg" and json.site then
+        return slurm.SUCCESS
+      end
+      return slurm.ERROR
+    end
+    function slurm_scrun_stage_out() end
+    """)
+    assert hooks.runtime.eval("package.path").endswith(b";" + DEBIAN_PATH)
+    hooks.stage_in("id", "/b", "/s", "/c", 1, 0, 0, [])
+
+
 def test_load_with_real_paths(tmp_path: Path) -> None:
     """Paths with bytes that are not UTF-8 pass through unchanged."""
     odd = os.fsdecode(b"/tmp/\xff")

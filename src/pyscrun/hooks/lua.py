@@ -16,7 +16,7 @@ import importlib
 import math
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,16 @@ SUCCESS = constants.SLURM["SUCCESS"]
 _LOG_LEVELS = (log.INFO, log.VERBOSE, log.DEBUG, log.DEBUG2, log.DEBUG3)
 # Longest error message passed on: a script may raise whole command outputs.
 _MAX_MESSAGE = 1000
+# liblua's default package.path as Debian builds it, for Lua {v}: Slurm runs scrun.lua
+# in the distribution's liblua, which finds the modules apt installs (/usr/share/lua);
+# lupa's own Lua looks under /usr/local alone. package.cpath stays lupa's: a
+# distribution's C module needs liblua's symbols, which lupa's Lua does not export.
+_DEFAULT_PATH = (
+    "/usr/local/share/lua/{v}/?.lua", "/usr/local/share/lua/{v}/?/init.lua",
+    "/usr/local/lib/lua/{v}/?.lua", "/usr/local/lib/lua/{v}/?/init.lua",
+    "/usr/share/lua/{v}/?.lua", "/usr/share/lua/{v}/?/init.lua",
+    "./?.lua", "./?/init.lua",
+)
 
 
 class HookError(ScrunError):
@@ -75,6 +85,8 @@ class ScrunLua:
         self.runtime = lupa.LuaRuntime(encoding=None, unpack_returned_tuples=True,
                                        register_eval=False, register_builtins=False)
         self.json = LuaJson(self.runtime)
+        version = self.runtime.eval("_VERSION").decode().removeprefix("Lua ")
+        self.runtime.globals()[b"package"][b"path"] = package_path(version, os.environb)
         callbacks = self.runtime.table_from({
             b"log": self._log,
             b"set_bundle": self._set_bundle,
@@ -209,6 +221,18 @@ class ScrunLua:
 
     def _time_str2mins(self, text: bytes | None) -> int:
         return time_str2mins(None if text is None else text.decode(errors="replace"))
+
+
+def package_path(version: str, environ: Mapping[bytes, bytes]) -> bytes:
+    """package.path as liblua sets it: LUA_PATH_5_4 (else LUA_PATH) where set, its first
+    ';;' standing for the default; the default where neither is."""
+    default = ";".join(_DEFAULT_PATH).format(v=version).encode()
+    given = environ.get(b"LUA_PATH_" + version.replace(".", "_").encode(),
+                        environ.get(b"LUA_PATH"))
+    if given is None:
+        return default
+    before, mark, after = given.partition(b";;")
+    return b";".join(part for part in (before, default, after) if part) if mark else given
 
 
 def _as_int(number: Any) -> int:

@@ -11,6 +11,7 @@ src/scrun/lua.c where scripts can tell:
   Slurm does. Levels: 0 info, 1 verbose, 2 debug, 3 debug2, 4 debug3, above debug4.
 - slurm.log_info and friends format their arguments with string.format, as Slurm's.
 - set_bundle_path and set_root_path return the original path.
+- `require 'json'` gets pyscrun's json only if the site has none on its paths.
 
 Returns `call(fn, ...)` -> line, ok, value, number: it runs fn under xpcall with a
 handler that gives every error the script's line (a Python exception or error(x, 0)
@@ -112,7 +113,11 @@ local json = {
   encode = function(value) return encode(value) end,
   decode = function(s) return decode(s) end,
 }
-package.preload["json"] = function() return json end
+-- Slurm has no json module of its own: a script's `require 'json'` gets the site's,
+-- found on package.path or package.cpath. This one comes only where there is none.
+table.insert(package.searchers, function(module)
+  if module == "json" then return function() return json end, ":pyscrun:" end
+end)
 
 _G.slurm = slurm
 -- Scripts get Lua, not Python; and os.exit would end the anchor with the job held.
