@@ -20,7 +20,8 @@ names = st.one_of(st.sampled_from(sorted(scrun_env.JOB_OPTIONS)),
                   st.text(max_size=10))
 hostile = st.one_of(st.text(max_size=30), st.sampled_from([
     "", "yes", "no", "TRUE", "0", "$(touch /tmp/x)", "`id`", "a b", "--partition=x", "-x",
-    "x;y", "'", '"', "a\nb", "a\0b", "=", "debug,other", "user", "MCS", "topo",
+    "x;y", "'", '"', "a\nb", "a\0b", "=", "debug,other", "user", "MCS", "topo", "exclusive",
+    "2", "-1", " +3", "on", "true", "1x",
 ]))
 
 
@@ -65,14 +66,16 @@ def test_any_environment_gives_options_or_a_usage_error(environ: dict[str, str],
             value += "@" + options["SCRUN_WAIT4SWITCH"]
         # What Slurm hands from the job to its steps goes to both.
         times = 2 if option.applies_to == scrun_env.BOTH else 1
-        if not option.is_flag:
+        if option.kind == scrun_env.VALUE:
             wanted += [f"{option.option}={value}"] * times
-        elif value.lower() in ("", "1", "yes", "true", "y", "t"):
-            wanted += [option.option] * times
-        elif value.lower() in option.values:
+        elif option.kind == scrun_env.FLAG:
+            if scrun_env.flag_is_set(value):
+                wanted += [option.option] * times
+        elif value and option.values:
+            assert value.lower() in option.values
             wanted += [f"{option.option}={value.lower()}"] * times
         else:
-            assert value.lower() in ("0", "no", "false", "n", "f")
+            wanted += [option.option] * times
     assert sorted(alloc + step) == sorted(wanted)
     for arg in alloc + step:
         assert arg.startswith("--")
@@ -90,19 +93,43 @@ def test_a_value_is_one_argument_verbatim(value: str) -> None:
     assert scrun_env.arguments(options, scrun_env.STEP) == [f"--cpu-bind={value}"]
 
 
-def test_exclusive_takes_salloc_s_named_values_as_well_as_yes_and_no() -> None:
-    def alloc(value: str) -> list[str]:
-        options = scrun_env.job_options({"SCRUN_EXCLUSIVE": value}, [])
-        return scrun_env.arguments(options, scrun_env.ALLOC)
+def arguments(variable: str, value: str) -> list[str]:
+    options = scrun_env.job_options({variable: value}, [])
+    return (scrun_env.arguments(options, scrun_env.ALLOC)
+            + scrun_env.arguments(options, scrun_env.STEP))
 
-    assert alloc("yes") == ["--exclusive"]
-    assert alloc("no") == []
-    assert alloc("User") == ["--exclusive=user"]
-    assert alloc("mcs") == ["--exclusive=mcs"]
-    assert alloc("oversubscribe") == ["--exclusive=oversubscribe"]
-    with pytest.raises(UsageError, match="SCRUN_EXCLUSIVE: expected yes, user, mcs, "
-                                         "oversubscribe, topo or no, found 'nodes'"):
-        alloc("nodes")
+
+def test_flags_are_set_or_unset_as_slurm_reads_them() -> None:
+    # slurm_process_option: "", "yes" or a whole number other than 0 (strtol's) sets a
+    # flag; anything else unsets it, with no error.
+    for value in ("", "yes", "YeS", "1", "2", "-1", " +7", "\t007", "99999999999999999999999"):
+        assert arguments("SCRUN_USE_MIN_NODES", value) == ["--use-min-nodes"], value
+        assert arguments("SCRUN_LABELIO", value) == ["--label"], value
+    for value in ("no", "0", "-0", "000", "true", "y", "t", "on", "1x", "5 ", "0x1", "+", "\u0661"):
+        assert arguments("SCRUN_USE_MIN_NODES", value) == [], value
+        assert arguments("SCRUN_LABELIO", value) == [], value
+    # The caller's setting is unset by config.json's.
+    options = scrun_env.job_options({"SCRUN_SPREAD_JOB": "1"}, ["SCRUN_SPREAD_JOB=true"])
+    assert scrun_env.arguments(options, scrun_env.ALLOC) == []
+
+
+def test_overlap_ignores_its_value_as_slurm_does() -> None:
+    for value in ("", "no", "0", "force"):
+        assert arguments("SCRUN_OVERLAP", value) == ["--overlap"]
+
+
+def test_exclusive_takes_salloc_s_values_and_nothing_else() -> None:
+    assert arguments("SCRUN_EXCLUSIVE", "") == ["--exclusive"]
+    assert arguments("SCRUN_EXCLUSIVE", "Exclusive") == ["--exclusive=exclusive"]
+    assert arguments("SCRUN_EXCLUSIVE", "User") == ["--exclusive=user"]
+    assert arguments("SCRUN_EXCLUSIVE", "mcs") == ["--exclusive=mcs"]
+    assert arguments("SCRUN_EXCLUSIVE", "oversubscribe") == ["--exclusive=oversubscribe"]
+    assert arguments("SCRUN_EXCLUSIVE", "topo") == ["--exclusive=topo"]
+    for value in ("yes", "1", "no", "0", "nodes"):
+        with pytest.raises(UsageError) as raised:
+            arguments("SCRUN_EXCLUSIVE", value)
+        assert str(raised.value) == ("SCRUN_EXCLUSIVE: expected nothing, exclusive, "
+                                     f"oversubscribe, user, mcs or topo, found {value!r}")
 
 
 def test_core_spec_in_either_spelling_is_one_option() -> None:

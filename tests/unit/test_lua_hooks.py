@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from pyscrun.anchor import staging
+from pyscrun.conf.site import load as load_site
 from pyscrun.hooks import lua
 
 STAGE_FUNCTIONS = """\
@@ -248,6 +249,48 @@ def test_long_messages_are_cut(tmp_path: Path) -> None:
 def test_constants_are_slurms(tmp_path: Path) -> None:
     hooks = load(tmp_path, STAGE_FUNCTIONS)
     assert hooks.runtime.execute("return slurm.SUCCESS, slurm.ERROR, slurm.FAILURE") == (0, -1, -1)
+    assert hooks.runtime.execute(
+        "return slurm.NO_VAL, slurm.NO_VAL16, slurm.INFINITE, slurm.NO_VAL64, slurm.INFINITE64"
+    ) == (0xFFFFFFFE, 0xFFFE, 0xFFFFFFFF, 2.0**64, 2.0**64)
+    assert hooks.runtime.execute(
+        "return slurm.SLURM_SUCCESS, slurm.SLURM_ERROR, slurm.ESLURM_INVALID_PARTITION_NAME,"
+        " slurm.ESLURM_ACCESS_DENIED, slurm.ESPANK_ERROR, slurm.ESLURM_CONTAINER_NOT_CONFIGURED,"
+        " slurm.EINPROGRESS, slurm.ESLURM_JOB_SETTING_DB_INX"
+    ) == (0, -1, 2000, 2002, 3000, 10000, 115, 2103)
+    assert hooks.runtime.execute(
+        "return slurm.JOB_SHARED_MCS, slurm.MEM_PER_CPU, slurm.STEPMGR_ENABLED"
+    ) == (3, 2.0**63, 2**41)
+    # Slurm's spelling, not the header's; and its lua_pushnumber's floats.
+    assert hooks.runtime.execute("return slurm.MAIL_JOB_TIME890, slurm.MAIL_JOB_TIME90") == (32, None)
+    assert hooks.runtime.execute("return math.type(slurm.SUCCESS), tostring(slurm.NO_VAL)") == (
+        b"float", b"4294967294.0")
+
+
+def test_an_error_code_returned_fails_the_stage(tmp_path: Path) -> None:
+    hooks = load(tmp_path, """function slurm_scrun_stage_in()
+      return slurm.ESLURM_ACCESS_DENIED
+    end
+    function slurm_scrun_stage_out() return slurm.ESLURM_CONTAINER_NOT_CONFIGURED end
+    """)
+    assert stage_in_error(hooks) == (f"slurm_scrun_stage_in: {tmp_path}/scrun.lua:2: "
+                                     "returned 2002 instead of slurm.SUCCESS")
+    with pytest.raises(lua.HookError, match=r":4: returned 10000 instead of slurm.SUCCESS$"):
+        hooks.stage_out("id", "/b", "/b", "/r", "/r", "/s", "/c", 1, 0, 0)
+    assert "returned 2051 on load" in load_error(tmp_path, STAGE_FUNCTIONS
+                                                 + "return slurm.ESLURM_INVALID_TIME_LIMIT\n")
+
+
+def test_cluster_name_is_slurm_conf_s_in_lower_case(tmp_path: Path) -> None:
+    (tmp_path / "slurm.conf").write_text("SlurmctldHost=h\nClusterName=Blue # the lab's\n")
+    site = load_site(str(tmp_path / "slurm.conf"))
+    assert site.cluster_name() == "blue"
+    script = tmp_path / "scrun.lua"
+    script.write_text(STAGE_FUNCTIONS)
+    hooks = staging.load_hooks(str(script), Runner(), "/b", "/r", None, site.cluster_name())
+    assert hooks is not None and hooks.runtime.execute("return slurm.CLUSTER_NAME") == b"blue"
+    assert load(tmp_path, STAGE_FUNCTIONS).runtime.execute("return slurm.CLUSTER_NAME") is None
+    (tmp_path / "slurm.conf").write_text("SlurmctldHost=h\n")
+    assert load_site(str(tmp_path / "slurm.conf")).cluster_name() is None
 
 
 def test_remote_command(tmp_path: Path) -> None:
@@ -313,6 +356,48 @@ def test_json_and_slurm_json_are_there(tmp_path: Path) -> None:
     hooks = load(tmp_path, "local json = require 'json'\n" + STAGE_FUNCTIONS)
     code = "local json = require 'json' return json.encode(slurm.from_json('{\"a\":[]}'))"
     assert hooks.runtime.execute(code) == b'{"a":[]}'
+
+
+# -- modules ---------------------------------------------------------------------------------
+# Debian's liblua5.4 path, as its `lua5.4 -e 'print(package.path)'` prints it.
+DEBIAN_PATH = (b"/usr/local/share/lua/5.4/?.lua;/usr/local/share/lua/5.4/?/init.lua;"
+               b"/usr/local/lib/lua/5.4/?.lua;/usr/local/lib/lua/5.4/?/init.lua;"
+               b"/usr/share/lua/5.4/?.lua;/usr/share/lua/5.4/?/init.lua;./?.lua;./?/init.lua")
+
+
+def test_package_path_is_the_distribution_s(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("LUA_PATH", raising=False)
+    monkeypatch.delenv("LUA_PATH_5_4", raising=False)
+    assert load(tmp_path, STAGE_FUNCTIONS).runtime.eval("package.path") == DEBIAN_PATH
+    # liblua's rules: LUA_PATH_5_4 before LUA_PATH, the first ';;' for the default.
+    assert lua.package_path("5.4", {b"LUA_PATH": b"/a/?.lua;;/b/?.lua;;"}) == (
+        b"/a/?.lua;" + DEBIAN_PATH + b";/b/?.lua;;")
+    assert lua.package_path("5.4", {b"LUA_PATH": b"/a/?.lua"}) == b"/a/?.lua"
+    assert lua.package_path("5.4", {b"LUA_PATH_5_4": b";;", b"LUA_PATH": b"/a/?.lua"}) == DEBIAN_PATH
+    assert lua.package_path("5.4", {b"LUA_PATH_5_4": b"", b"LUA_PATH": b"/a/?.lua"}) == b""
+
+
+def test_site_modules_on_lua_path_and_the_site_s_json_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    modules = tmp_path / "modules"
+    (modules / "sitepkg").mkdir(parents=True)
+    (modules / "sitemod.lua").write_text("return {answer = 42}\n")
+    (modules / "sitepkg" / "init.lua").write_text("return {name = ...}\n")
+    (modules / "json.lua").write_text("return {site = true}\n")
+    monkeypatch.delenv("LUA_PATH_5_4", raising=False)
+    monkeypatch.setenv("LUA_PATH", f"{modules}/?.lua;{modules}/?/init.lua;;")
+    hooks = load(tmp_path, """local sitemod, sitepkg = require 'sitemod', require 'sitepkg'
+    local json = require 'json'
+    function slurm_scrun_stage_in()
+      if sitemod.answer == 42 and sitepkg.name == "sitepkg" and json.site then
+        return slurm.SUCCESS
+      end
+      return slurm.ERROR
+    end
+    function slurm_scrun_stage_out() end
+    """)
+    assert hooks.runtime.eval("package.path").endswith(b";" + DEBIAN_PATH)
+    hooks.stage_in("id", "/b", "/s", "/c", 1, 0, 0, [])
 
 
 def test_load_with_real_paths(tmp_path: Path) -> None:

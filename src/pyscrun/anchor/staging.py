@@ -58,6 +58,7 @@ class Staging:
                                                        self.job_env(allocation)),
             state.bundle, state.rootfs,
             lambda script: _run_here(script, self.job_env(allocation)),
+            site.cluster_name(),
         )
         if self.hooks is None:
             return
@@ -86,7 +87,7 @@ class Staging:
 
 def load_hooks(path: str, remote_command: Callable[[str], tuple[int, str]], bundle: str,
                root_path: str, allocator_command: Callable[[str], tuple[int, str]] | None = None,
-               ) -> ScrunLua | None:
+               cluster_name: str | None = None) -> ScrunLua | None:
     """The site's scrun.lua, loaded; None (said at info level) if there is none."""
     if not os.path.lexists(path):
         log.current.info(f"no {path}: containers are not staged")
@@ -96,7 +97,8 @@ def load_hooks(path: str, remote_command: Callable[[str], tuple[int, str]], bund
 
     from pyscrun.hooks import lua
 
-    return lua.load(Path(path), remote_command, bundle, root_path, allocator_command)
+    return lua.load(Path(path), remote_command, bundle, root_path, allocator_command,
+                    cluster_name)
 
 
 def _job_number(job_id: str) -> int:

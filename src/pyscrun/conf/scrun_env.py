@@ -19,24 +19,29 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
 ALLOC, STEP, BOTH = "alloc", "step", "both"
+# What the option takes, as Slurm's option table (src/common/slurm_opt.c) says: a value
+# (required_argument), nothing (no_argument: a flag), or a value or nothing
+# (optional_argument).
+VALUE, FLAG, OPTIONAL = "value", "flag", "optional"
 
 
 class JobOption:
-    """One SCRUN_* variable: the Slurm option it sets, for salloc, srun or both, flag or value.
+    """One SCRUN_* variable: the Slurm option it sets, for salloc, srun or both, and what it takes.
 
     A variable that joins another has no option of its own: its value goes at the end
-    of the other's, after option (the separator). A flag may also take one of its
-    named values, given to Slurm as option=value.
+    of the other's, after option (the separator). An OPTIONAL one takes nothing for ""
+    and one of its values (in any case) as option=value; with no values listed, Slurm
+    ignores whatever it is given.
     """
 
-    __slots__ = ("applies_to", "is_flag", "joins", "option", "values", "variable")
+    __slots__ = ("applies_to", "joins", "kind", "option", "values", "variable")
 
-    def __init__(self, variable: str, option: str, applies_to: str = ALLOC,
-                 is_flag: bool = False, joins: str = "", values: tuple[str, ...] = ()) -> None:
+    def __init__(self, variable: str, option: str, applies_to: str = ALLOC, kind: str = VALUE,
+                 joins: str = "", values: tuple[str, ...] = ()) -> None:
         self.variable = variable
         self.option = option
         self.applies_to = applies_to
-        self.is_flag = is_flag
+        self.kind = kind
         self.joins = joins
         self.values = values
 
@@ -59,11 +64,10 @@ JOB_OPTIONS = {
         JobOption("SCRUN_DEPENDENCY", "--dependency"),
         JobOption("SCRUN_DISTRIBUTION", "--distribution", BOTH),
         JobOption("SCRUN_EPILOG", "--epilog", STEP),
-        JobOption("SCRUN_EXACT", "--exact", STEP, is_flag=True),
-        # salloc's --exclusive[=user|mcs|oversubscribe|topo]; which a Slurm knows is
-        # its own to say (22.05 has no topo).
-        JobOption("SCRUN_EXCLUSIVE", "--exclusive", is_flag=True,
-                  values=("user", "mcs", "oversubscribe", "topo")),
+        JobOption("SCRUN_EXACT", "--exact", STEP, kind=FLAG),
+        # Whether a Slurm knows topo is its own to say (24.05 is the first).
+        JobOption("SCRUN_EXCLUSIVE", "--exclusive", kind=OPTIONAL,
+                  values=("exclusive", "oversubscribe", "user", "mcs", "topo")),
         JobOption("SCRUN_GPU_BIND", "--gpu-bind"),
         JobOption("SCRUN_GPU_FREQ", "--gpu-freq"),
         JobOption("SCRUN_GPUS", "--gpus"),
@@ -76,7 +80,7 @@ JOB_OPTIONS = {
         JobOption("SCRUN_JOB_NAME", "--job-name"),
         JobOption("SCRUN_JOB_NODELIST", "--nodelist"),
         JobOption("SCRUN_JOB_NUM_NODES", "--nodes"),
-        JobOption("SCRUN_LABELIO", "--label", STEP, is_flag=True),
+        JobOption("SCRUN_LABELIO", "--label", STEP, kind=FLAG),
         JobOption("SCRUN_MEM_BIND", "--mem-bind"),
         JobOption("SCRUN_MEM_PER_CPU", "--mem-per-cpu", BOTH),
         JobOption("SCRUN_MEM_PER_GPU", "--mem-per-gpu"),
@@ -91,8 +95,8 @@ JOB_OPTIONS = {
         JobOption("SCRUN_NTASKS_PER_NODE", "--ntasks-per-node", BOTH),
         JobOption("SCRUN_NTASKS_PER_TRES", "--ntasks-per-tres"),
         JobOption("SCRUN_OPEN_MODE", "--open-mode", STEP),
-        JobOption("SCRUN_OVERCOMMIT", "--overcommit", BOTH, is_flag=True),
-        JobOption("SCRUN_OVERLAP", "--overlap", STEP, is_flag=True),
+        JobOption("SCRUN_OVERCOMMIT", "--overcommit", BOTH, kind=FLAG),
+        JobOption("SCRUN_OVERLAP", "--overlap", STEP, kind=OPTIONAL),
         JobOption("SCRUN_PARTITION", "--partition"),
         JobOption("SCRUN_POWER", "--power"),
         JobOption("SCRUN_PROFILE", "--profile"),
@@ -103,7 +107,7 @@ JOB_OPTIONS = {
         JobOption("SCRUN_RESERVATION", "--reservation"),
         JobOption("SCRUN_SIGNAL", "--signal"),
         JobOption("SCRUN_SLURMD_DEBUG", "--slurmd-debug", STEP),
-        JobOption("SCRUN_SPREAD_JOB", "--spread-job", is_flag=True),
+        JobOption("SCRUN_SPREAD_JOB", "--spread-job", kind=FLAG),
         JobOption("SCRUN_TASK_EPILOG", "--task-epilog", STEP),
         JobOption("SCRUN_TASK_PROLOG", "--task-prolog", STEP),
         JobOption("SCRUN_THREAD_SPEC", "--thread-spec"),
@@ -112,8 +116,8 @@ JOB_OPTIONS = {
         JobOption("SCRUN_TIMELIMIT", "--time"),
         JobOption("SCRUN_TRES_BIND", "--tres-bind", STEP),
         JobOption("SCRUN_TRES_PER_TASK", "--tres-per-task", BOTH),
-        JobOption("SCRUN_UNBUFFEREDIO", "--unbuffered", STEP, is_flag=True),
-        JobOption("SCRUN_USE_MIN_NODES", "--use-min-nodes", is_flag=True),
+        JobOption("SCRUN_UNBUFFEREDIO", "--unbuffered", STEP, kind=FLAG),
+        JobOption("SCRUN_USE_MIN_NODES", "--use-min-nodes", kind=FLAG),
         # salloc takes the wait only after the count: --switches=count@max-time.
         JobOption("SCRUN_WAIT4SWITCH", "@", joins="SCRUN_REQ_SWITCH"),
         JobOption("SCRUN_WCKEY", "--wckey"),
@@ -123,8 +127,19 @@ JOB_OPTIONS = {
 # The man page spells this one SLURM_CORE_SPEC; accept both, as one setting (the SCRUN_
 # name winning where both are given).
 JOB_OPTIONS["SLURM_CORE_SPEC"] = JOB_OPTIONS["SCRUN_CORE_SPEC"]
-_TRUE = ("", "1", "yes", "true", "y", "t")
-_FALSE = ("0", "no", "false", "n", "f")
+# strtol's white space, before a number's sign and digits.
+_SPACE = " \t\n\v\f\r"
+
+
+def flag_is_set(value: str) -> bool:
+    """A flag's value as Slurm reads it from the environment (slurm_process_option): set
+    for "", "yes" in any case or a number other than 0 (as strtol reads it, nothing
+    after); unset for anything else (no, true, 0, on, 1x, ...), which Slurm never refuses."""
+    if value == "" or (value.isascii() and value.lower() == "yes"):
+        return True
+    digits = value.lstrip(_SPACE)
+    digits = digits[1:] if digits[:1] in ("+", "-") else digits
+    return digits.isascii() and digits.isdigit() and digits.strip("0") != ""
 
 
 def job_options(environ: Mapping[str, str], config_env: Iterable[str]) -> dict[str, str]:
@@ -141,9 +156,11 @@ def job_options(environ: Mapping[str, str], config_env: Iterable[str]) -> dict[s
         if "\n" in value or "\0" in value:
             raise UsageError(f"{key}: the value must be a single line")
         option = JOB_OPTIONS[key]
-        if option.is_flag and value.lower() not in (*_TRUE, *_FALSE, *option.values):
-            raise UsageError(f"{key}: expected {', '.join(('yes', *option.values))} or no, "
-                             f"found {value!r}")
+        if option.kind == OPTIONAL and option.values and value.lower() not in ("", *option.values):
+            raise UsageError(f"{key}: expected nothing, {', '.join(option.values[:-1])} or "
+                             f"{option.values[-1]}, found {value!r}")
+        if option.kind == FLAG and not flag_is_set(value):
+            log.current.debug(f"{key}={value!r} unsets {option.option}, as Slurm reads it")
         if option.joins and option.option in found.get(option.joins, ""):
             raise UsageError(f"{key}: {option.joins} has its own {option.option} part, "
                              "give one or the other")
@@ -155,13 +172,15 @@ def arguments(options: Mapping[str, str], applies_to: str) -> list[str]:
     args = []
     for key, value in _joined(options, applies_to).items():
         option = JOB_OPTIONS[key]
-        if option.is_flag:
-            if value.lower() in _TRUE:
-                args.append(option.option)
-            elif value.lower() in option.values:
-                args.append(f"{option.option}={value.lower()}")
-        else:
+        if option.kind == VALUE:
             args.append(f"{option.option}={value}")
+        elif option.kind == FLAG:
+            if flag_is_set(value):
+                args.append(option.option)
+        elif value and option.values:
+            args.append(f"{option.option}={value.lower()}")
+        else:
+            args.append(option.option)
     return args
 
 

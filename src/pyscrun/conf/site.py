@@ -133,6 +133,10 @@ class Site:
                 found[directive] = f"{runtime} {action} {shlex.join(words[-1:])}"
         return found
 
+    def cluster_name(self) -> str | None:
+        """slurm.conf's ClusterName, None if unset; in lower case as Slurm keeps it."""
+        return (_slurm_conf_value(self.slurm_conf, "clustername") or "").lower() or None
+
     def agent_port_range(self) -> tuple[int, int] | None:
         """Where the anchor listens for its agents: slurm.conf's SrunPortRange (the
         ports a site opens on its login nodes for connections back from the nodes),

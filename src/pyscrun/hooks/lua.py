@@ -16,14 +16,14 @@ import importlib
 import math
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pyscrun import log
 from pyscrun.errors import ScrunError
-from pyscrun.hooks import prelude
+from pyscrun.hooks import constants, prelude
 from pyscrun.hooks.luajson import LuaJson
 from pyscrun.hooks.timestr import time_str2mins
 
@@ -32,12 +32,21 @@ CommandRunner = Callable[[str], tuple[int, str]]
 
 STAGE_IN = "slurm_scrun_stage_in"
 STAGE_OUT = "slurm_scrun_stage_out"
-# Slurm's SLURM_SUCCESS and SLURM_ERROR (slurm/slurm_errno.h).
-SUCCESS, ERROR = 0, -1
+SUCCESS = constants.SLURM["SUCCESS"]
 # slurm.log's levels 0..4 and above, as Slurm's _log_lua_msg maps them.
 _LOG_LEVELS = (log.INFO, log.VERBOSE, log.DEBUG, log.DEBUG2, log.DEBUG3)
 # Longest error message passed on: a script may raise whole command outputs.
 _MAX_MESSAGE = 1000
+# liblua's default package.path as Debian builds it, for Lua {v}: Slurm runs scrun.lua
+# in the distribution's liblua, which finds the modules apt installs (/usr/share/lua);
+# lupa's own Lua looks under /usr/local alone. package.cpath stays lupa's: a
+# distribution's C module needs liblua's symbols, which lupa's Lua does not export.
+_DEFAULT_PATH = (
+    "/usr/local/share/lua/{v}/?.lua", "/usr/local/share/lua/{v}/?/init.lua",
+    "/usr/local/lib/lua/{v}/?.lua", "/usr/local/lib/lua/{v}/?/init.lua",
+    "/usr/share/lua/{v}/?.lua", "/usr/share/lua/{v}/?/init.lua",
+    "./?.lua", "./?/init.lua",
+)
 
 
 class HookError(ScrunError):
@@ -63,7 +72,8 @@ class ScrunLua:
     """One loaded scrun.lua with its own Lua state; use load() to make one."""
 
     def __init__(self, path: Path, remote_command: CommandRunner, bundle: str,
-                 root_path: str, allocator_command: CommandRunner) -> None:
+                 root_path: str, allocator_command: CommandRunner,
+                 cluster_name: str | None) -> None:
         self.path = path
         self.remote_command = remote_command
         self.allocator_command = allocator_command
@@ -75,6 +85,8 @@ class ScrunLua:
         self.runtime = lupa.LuaRuntime(encoding=None, unpack_returned_tuples=True,
                                        register_eval=False, register_builtins=False)
         self.json = LuaJson(self.runtime)
+        version = self.runtime.eval("_VERSION").decode().removeprefix("Lua ")
+        self.runtime.globals()[b"package"][b"path"] = package_path(version, os.environb)
         callbacks = self.runtime.table_from({
             b"log": self._log,
             b"set_bundle": self._set_bundle,
@@ -85,8 +97,11 @@ class ScrunLua:
             b"encode": self.json.encode,
             b"decode": self.json.decode,
         })
+        numbers = self.runtime.table_from({_bytes(key): float(value)
+                                           for key, value in constants.SLURM.items()})
         self._call = self.runtime.execute(prelude.SOURCE, _bytes(path.name), callbacks,
-                                          self.json.null)
+                                          self.json.null, numbers,
+                                          None if cluster_name is None else _bytes(cluster_name))
 
     # -- the script ----------------------------------------------------------------------
     def _load(self) -> None:
@@ -208,6 +223,18 @@ class ScrunLua:
         return time_str2mins(None if text is None else text.decode(errors="replace"))
 
 
+def package_path(version: str, environ: Mapping[bytes, bytes]) -> bytes:
+    """package.path as liblua sets it: LUA_PATH_5_4 (else LUA_PATH) where set, its first
+    ';;' standing for the default; the default where neither is."""
+    default = ";".join(_DEFAULT_PATH).format(v=version).encode()
+    given = environ.get(b"LUA_PATH_" + version.replace(".", "_").encode(),
+                        environ.get(b"LUA_PATH"))
+    if given is None:
+        return default
+    before, mark, after = given.partition(b";;")
+    return b";".join(part for part in (before, default, after) if part) if mark else given
+
+
 def _as_int(number: Any) -> int:
     """A Lua number as C's (int) cast takes it: truncated; nothing or NaN as 0."""
     if number is None or (isinstance(number, float) and not math.isfinite(number)):
@@ -216,13 +243,15 @@ def _as_int(number: Any) -> int:
 
 
 def load(path: Path, remote_command: CommandRunner, bundle: str, root_path: str,
-         allocator_command: CommandRunner | None = None) -> ScrunLua:
+         allocator_command: CommandRunner | None = None,
+         cluster_name: str | None = None) -> ScrunLua:
     """The script at path, loaded and checked. Its commands: remote_command on the job's
-    nodes, allocator_command here (by default a shell with this process's environment)."""
+    nodes, allocator_command here (by default a shell with this process's environment);
+    slurm.CLUSTER_NAME is cluster_name (nil for None, as Slurm's without one)."""
     if allocator_command is None:
         from pyscrun.shell import run_shell
 
         allocator_command = run_shell
-    hooks = ScrunLua(path, remote_command, bundle, root_path, allocator_command)
+    hooks = ScrunLua(path, remote_command, bundle, root_path, allocator_command, cluster_name)
     hooks._load()
     return hooks

@@ -1,7 +1,8 @@
 """The Lua side of scrun.lua's host: the `slurm` table, `require 'json'` and the caller.
 
-Run once per Lua state with (script name, Python callbacks, json.null). It mirrors
-Slurm's src/lua/slurm_lua.c and src/scrun/lua.c where scripts can tell:
+Run once per Lua state with (script name, Python callbacks, json.null, the constants
+of constants.py, CLUSTER_NAME or nil). It mirrors Slurm's src/lua/slurm_lua.c and
+src/scrun/lua.c where scripts can tell:
 
 - Slurm's C functions read their argument from the top of the Lua stack, the last
   one passed; so do these (`last`).
@@ -10,6 +11,7 @@ Slurm's src/lua/slurm_lua.c and src/scrun/lua.c where scripts can tell:
   Slurm does. Levels: 0 info, 1 verbose, 2 debug, 3 debug2, 4 debug3, above debug4.
 - slurm.log_info and friends format their arguments with string.format, as Slurm's.
 - set_bundle_path and set_root_path return the original path.
+- `require 'json'` gets pyscrun's json only if the site has none on its paths.
 
 Returns `call(fn, ...)` -> line, ok, value, number: it runs fn under xpcall with a
 handler that gives every error the script's line (a Python exception or error(x, 0)
@@ -18,7 +20,7 @@ result can be reported where it was returned.
 """
 
 SOURCE = r"""
-local name, py, null = ...
+local name, py, null, constants, cluster_name = ...
 local source = "@" .. name
 local prefix = name .. ":"
 
@@ -47,10 +49,8 @@ local function guarded(what, fn)
   end
 end
 
-local slurm = {
-  SUCCESS = 0, ERROR = -1, FAILURE = -1,
-  INFINITE = 0xffffffff, NO_VAL = 0xfffffffe,
-}
+local slurm = constants
+slurm.CLUSTER_NAME = cluster_name
 
 function slurm.log(...)
   local n = select("#", ...)
@@ -113,7 +113,11 @@ local json = {
   encode = function(value) return encode(value) end,
   decode = function(s) return decode(s) end,
 }
-package.preload["json"] = function() return json end
+-- Slurm has no json module of its own: a script's `require 'json'` gets the site's,
+-- found on package.path or package.cpath. This one comes only where there is none.
+table.insert(package.searchers, function(module)
+  if module == "json" then return function() return json end, ":pyscrun:" end
+end)
 
 _G.slurm = slurm
 -- Scripts get Lua, not Python; and os.exit would end the anchor with the job held.
