@@ -145,3 +145,30 @@ def test_create_that_cannot_fork_leaves_nothing(run_mode_runtime: Runtime, tmp_p
         assert not (run_mode_runtime.root / "forkless").exists()
     finally:
         group.rmdir()
+
+
+def test_a_create_that_fails_after_stage_in_still_stages_out(run_mode_runtime: Runtime,
+                                                              tmp_path: Path) -> None:
+    """As in Slurm, stage_out runs whenever stage_in did, also when create fails after
+    it: what stage_in made (a copy of the bundle, a scratch directory) would stay."""
+    marker = tmp_path / "staged-out"
+    run_mode_runtime.write_conf("scrun.lua", f"""\
+function slurm_scrun_stage_in(id, bundle, spool_dir, config_file, job_id, user_id, group_id, job_env)
+  return slurm.SUCCESS
+end
+function slurm_scrun_stage_out(id, bundle, orig_bundle, root_path, orig_root_path, spool_dir, config_file, job_id, user_id, group_id)
+  local file = io.open("{marker}", "w")
+  file:write(id)
+  file:close()
+  return slurm.SUCCESS
+end
+return slurm.SUCCESS
+""")
+    bundle = make_bundle(tmp_path, ["true"])
+    pid_file = tmp_path / "no-such-dir" / "pid"
+    done = run_mode_runtime.scrun("create", "-b", str(bundle), "--pid-file", str(pid_file), "so1")
+    assert done.returncode != 0
+    assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "no-such-dir" in done.stderr, done.stderr
+    assert marker.read_text() == "so1"
+    assert run_mode_runtime.scrun("state", "so1").returncode != 0

@@ -174,6 +174,9 @@ class Anchor(Ending):
         except BaseException as err:
             message = str(err) if isinstance(err, ScrunError | OSError) else repr(err)
             log.current.error(f"create failed: {message}")
+            if self.allocation is not None:
+                # As Slurm's: once stage_in ran, stage_out does, whatever came after.
+                self.staging.stage_out(self.allocation)
             self._release()
             if not write_all(ready_fd, f"error {message}\n".encode()):
                 self.store.remove(self.state.id)  # create, gone, cannot
