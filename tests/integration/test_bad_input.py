@@ -156,7 +156,7 @@ def test_a_create_that_fails_after_stage_in_still_stages_out(run_mode_runtime: R
 function slurm_scrun_stage_in(id, bundle, spool_dir, config_file, job_id, user_id, group_id, job_env)
   return slurm.SUCCESS
 end
-function slurm_scrun_stage_out(id, bundle, orig_bundle, root_path, orig_root_path, spool_dir, config_file, job_id, user_id, group_id)
+function slurm_scrun_stage_out(id)
   local file = io.open("{marker}", "w")
   file:write(id)
   file:close()
