@@ -58,6 +58,7 @@ _CRIU_FLAGS = {name: Field(bool, str, NONE) for name in (
     "manage_cgroups_mode")}
 CHECKPOINT_ORDER = {"image_path": Field(str, required=True), "work_path": Field(str, NONE),
                     "leave_running": Field(bool, NONE), "probe": Field(str, NONE),
+                    "freeze": Field(bool, NONE),
                     "tasks": Field(int, low=1, high=1 << 16), "criu": Field(str, NONE),
                     **_CRIU_FLAGS}
 FILE = {"area": Field(str, required=True), "path": Field(str, required=True)}
@@ -90,7 +91,7 @@ CHANNELS: dict[str, dict[str, dict[str, Field]]] = {
         "op file": FILE,
         "event exit": {"status": Field(int, required=True, low=0, high=255)},
         "event running": {"pid": Field(int, NONE, low=1, high=(1 << 22))},
-        "event checkpointed": {"error": ERROR},
+        "event checkpointed": {"error": ERROR, "frozen": Field(bool, NONE)},
         "event ordered": {"order": Field(str, required=True,
                                          choices=("pause", "resume", "update", "ps", "stats")),
                           "error": ERROR, "pids": Field(list, NONE),

@@ -24,6 +24,8 @@ from tests.integration.harness import (
     Cluster,
     LeakCheck,
     Runtime,
+    machine_path,
+    machines,
     make_bundle,
     make_slurm_runtime,
     podman,
@@ -213,6 +215,71 @@ def test_multi_task_container_is_checkpointed_whole(runtime: Runtime, tmp_path: 
         _assert_continues([c for c, t in _counts(runtime, name + "r") if t == task], last)
 
 
+def test_a_checkpoint_that_stops_tasks_leaves_nothing_run_after_their_images(
+        runtime: Runtime, tmp_path: Path) -> None:
+    """Each task is paused before its dump and ended only once every image is safe: no
+    task runs past its images, so after a restore every count goes on from where it
+    stopped, none said twice (dumped left running and ended at the end, a task counted
+    on while the others were dumped, and said those numbers again once restored)."""
+    name = f"q{uuid.uuid4().hex[:8]}"
+    script = "i=0; while true; do i=$((i+1)); echo \"$i task$SLURM_PROCID\"; sleep 0.01; done"
+    _ok(runtime, "run", "-d", "--name", name, "-e", "SCRUN_NTASKS=2", IMAGE, "sh", "-c", script)
+    wait_for(lambda: {t for c, t in _counts(runtime, name) if c >= 20} == {"task0", "task1"},
+             30, "both tasks to count")
+    archive = tmp_path / "ck.tar.zst"
+    _ok(runtime, "container", "checkpoint", "--export", str(archive), name)
+    before = _counts(runtime, name)
+    _ok(runtime, "rm", name)
+    _ok(runtime, "container", "restore", "--import", str(archive), "--name", name + "r")
+    last = {t: max(c for c, tt in before if tt == t) for t in ("task0", "task1")}
+    wait_for(lambda: all(max((c for c, tt in _counts(runtime, name + "r") if tt == t),
+                             default=0) >= last[t] + 20 for t in last),
+             30, "both restored tasks to count on")
+    after = _counts(runtime, name + "r")
+    for task, stopped in last.items():
+        counts = [c for c, t in before + after if t == task]
+        said_twice = sorted({c for c in counts if counts.count(c) > 1})
+        assert not said_twice, f"{task} ran past its images (stopped at {stopped}): {said_twice}"
+        assert counts == list(range(1, len(counts) + 1)), f"{task} skipped a count"
+
+
+def test_a_checkpoint_whose_images_cannot_be_kept_leaves_the_container_running(
+        runtime: Runtime, tmp_path: Path) -> None:
+    """The login host's image path is full (a tmpfs of 64 KiB that no node sees: the
+    images come over the channel): the checkpoint fails in one line and the container,
+    paused for its dump, runs on (CRIU had ended it, and its images went: both lost)."""
+    small = Path(f"/tmp/pyscrun-small-{uuid.uuid4().hex[:8]}")
+    small.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(small)], check=True)
+    try:
+        bundle = make_bundle(tmp_path, ["sh", "-c", COUNTER])
+        output = tmp_path / "output"
+        with output.open("w") as out:
+            created = subprocess.run([str(runtime.wrapper), "create", "-b", str(bundle), "full0"],
+                                     stdout=out, stderr=subprocess.DEVNULL,
+                                     stdin=subprocess.DEVNULL, check=False)
+        assert created.returncode == 0
+
+        def count() -> int:
+            lines = output.read_text().split("\n")[:-1]  # the last one may be half written
+            return int(lines[-1].split()[0]) if lines else 0
+
+        _scrun_ok(runtime, "start", "full0")
+        wait_for(lambda: count() >= 3, 30, "the container to count")
+        done = runtime.scrun("checkpoint", "--image-path", str(small / "img"), "full0")
+        assert done.returncode != 0
+        assert "No space left on device" in done.stderr, done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert _status(runtime, "full0") == "running"
+        assert not list((small / "img").glob("*.img"))
+        failed_at = count()
+        wait_for(lambda: count() >= failed_at + 3, 30, "the container to count on")
+        _scrun_ok(runtime, "delete", "--force", "full0")
+    finally:
+        subprocess.run(["umount", "-l", str(small)], check=False)
+        small.rmdir()
+
+
 # -- failures, through scrun's own command line -------------------------------------------
 
 def _scrun_ok(runtime: Runtime, *args: str, env: dict[str, str] | None = None) -> str:
@@ -359,6 +426,11 @@ def test_restore_from_a_read_only_image_path(runtime: Runtime, tmp_path: Path) -
                              str(tmp_path / "work"), "-b", str(bundle), "ro1")
         assert done.returncode == 0, done.stderr
         assert _status(runtime, "ro1") == "running"
+        # What the node was sent is not kept (its /run is memory) once CRIU let go.
+        fetched = [str(found) for machine in machines(runtime.slurm_conf)
+                   for found in machine_path(machine, str(runtime.account.tasks_dir_on(machine)))
+                   .glob("*/task-*/checkpoint")]
+        assert fetched == []
         _scrun_ok(runtime, "delete", "--force", "ro1")
     finally:
         subprocess.run(["umount", str(images)], check=True)

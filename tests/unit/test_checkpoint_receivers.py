@@ -27,7 +27,7 @@ def test_the_shipments_receiver_is_back_after_a_checkpoint(tmp_path: Path) -> No
             agents.start_checkpoint(None, {"image_path": str(images), "work_path": "",  # type: ignore[arg-type]
                                            "leave_running": True})
             assert agent.receiver is not shipment  # the images' while the round lasts
-            agents.checkpointed(agent, error)
+            agents.checkpointed(agent, error, False)
             reply = agents.finish_checkpoint("c1", "7")
             assert reply is not None and reply["ok"] is (error is None)
             assert agent.receiver is shipment

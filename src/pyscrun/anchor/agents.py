@@ -50,6 +50,7 @@ class Agents:
         self.round: CheckpointRound | None = None
         self.round_client: Connection | None = None
         self.receivers_before: dict[AgentLink, TreeReceiver | None] = {}
+        self.frozen: list[AgentLink] = []  # of the round: tasks that wait paused
 
     def hello(self, agent: AgentLink, task: str, node: str, tasks: int) -> None:
         agent.task, agent.node, agent.deadline = task, node, None
@@ -127,6 +128,7 @@ class Agents:
 
         self.round = CheckpointRound(order, {a: a.task or "0" for a in self.connected})
         self.round_client = client
+        self.frozen = []
         # Task 0's receiver for what a shipped container changed, back after the round.
         self.receivers_before = {a: a.receiver for a in self.connected}
         agents_order = self.round.order_for_agents()
@@ -135,9 +137,10 @@ class Agents:
             if not agent.send(agents_order):
                 self.round.lost(agent)
 
-    def checkpointed(self, agent: AgentLink, error: str | None) -> None:
-        if self.round is not None:
-            self.round.record(agent, error)
+    def checkpointed(self, agent: AgentLink, error: str | None, frozen: bool) -> None:
+        """An agent's answer to the round (frozen: its task waits paused, dumped or not)."""
+        if self.round is not None and self.round.record(agent, error) and frozen:
+            self.frozen.append(agent)
 
     def finish_checkpoint(self, container_id: str, job_id: str) -> dict[str, Any] | None:
         """Once every task answered: the reply for the client (None while waiting)."""
@@ -150,20 +153,20 @@ class Agents:
         for agent in self.connected:
             agent.receiver = self.receivers_before.get(agent)
         self.receivers_before = {}
-        errors = done.errors
-        if errors:
-            log.current.error(f"checkpoint failed: {'; '.join(errors)}")
-            done.discard_images()
-            return {"ok": False, "error": "; ".join(errors)}
-        try:
-            done.write_manifest(container_id, job_id, self.nodes())
-        except OSError as err:
-            # Images without their manifest are no checkpoint: none is left to restore.
-            error = f"cannot write the checkpoint's manifest in {done.order['image_path']}: " \
-                    f"{err.strerror}"
+        error = "; ".join(done.errors)
+        if not error:
+            try:
+                done.write_manifest(container_id, job_id, self.nodes())
+            except OSError as err:
+                # Images without their manifest are no checkpoint: none is left to restore.
+                error = f"cannot write the checkpoint's manifest in " \
+                        f"{done.order['image_path']}: {err.strerror}"
+        if error:
             log.current.error(f"checkpoint failed: {error}")
             done.discard_images()
+            for agent in self.frozen:
+                agent.send({"op": "resume"})  # as it was: running
             return {"ok": False, "error": error}
-        if done.stop_after:
-            self.kill(9)
+        if done.stops:
+            self.kill(9)  # a paused task is resumed to take it
         return {"ok": True}

@@ -1,9 +1,11 @@
 """One checkpoint of a container, across all of its tasks: all of them or none.
 
-With one task the agent dumps the container and CRIU ends it, as `runc checkpoint`
-does. With several, every task is first dumped with --leave-running; only when all
-succeeded are they ended (unless the caller asked to leave them running). A failure
-leaves every task running and no images behind.
+A checkpoint that stops the container (not --leave-running) has every agent pause its
+task and dump it left running, paused: only once the images of every task are safe
+(and the manifest written) is the container ended, so that it runs no further than
+its images and is not lost with them. A failure resumes every task and leaves no
+images behind. A runtime without pause and resume dumps as runc's checkpoint does:
+CRIU ends a lone task; several are dumped left running and ended once all succeeded.
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ class CheckpointRound(Answers):
         """tasks: each agent's connection (any hashable) -> its task id."""
         super().__init__(tasks)
         self.order = order
-        self.stop_after = len(tasks) > 1 and not order.get("leave_running")
+        self.stops = not order.get("leave_running")
         self.probe = place_probe(str(order["image_path"]))
         # What the image path held before: a failed round removes only what it wrote.
         self.before = _entries(str(order["image_path"]))
@@ -77,7 +79,9 @@ class CheckpointRound(Answers):
     def order_for_agents(self) -> dict[str, Any]:
         order = dict(self.order)
         order[PROBE] = os.path.basename(self.probe)
-        if self.stop_after:
+        order["freeze"] = self.stops
+        if self.stops and len(self.tasks) > 1:
+            # Where a task cannot be paused: ended once every task is dumped.
             order["leave_running"] = True
         return order
 

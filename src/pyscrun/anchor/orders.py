@@ -130,7 +130,8 @@ class Orders:
             self._answer_task_order()
         elif event == "checkpointed":
             error = message.get("error")
-            self.agents.checkpointed(agent, str(error) if error else None)
+            self.agents.checkpointed(agent, str(error) if error else None,
+                                     bool(message.get("frozen")))
             self._answer_checkpoint()
 
     # -- operations --------------------------------------------------------------------

@@ -146,12 +146,13 @@ class Agent(ContainerModes):
     def deliver(self, signum: int, every: bool = False) -> None:
         """Send signum to the container's init (every: to each of its processes), or
         keep it until the init exists."""
-        if signum == _signal.SIGKILL and self.paused and self.commands is not None:
-            # A frozen process takes SIGKILL only once thawed.
-            self.commands.run("RunTimeResume")
-            self.paused = False
         self.pending_signals.append((signum, every))
         self._flush_signals()
+        if signum == _signal.SIGKILL and self.paused and self.commands is not None:
+            # A frozen process takes SIGKILL only once thawed: sent first, it is the
+            # first thing the process does then (a checkpointed one runs no further).
+            self.commands.run("RunTimeResume")
+            self.paused = False
 
     def _flush_signals(self) -> None:
         if not self.pending_signals:

@@ -29,12 +29,18 @@ def checkpoint(control: peer.Peer | None, commands: RuntimeCommands, order: dict
     if control is None:
         raise RuntimeCommandError("no anchor to send the checkpoint images to")
     here = criu.local_order(order, os.path.join(task_dir, LOCAL_DIR))
+    discard_local(task_dir)  # what a restore may have left: no file of this checkpoint
     try:
         criu.checkpoint(commands, here, task_id)
         files.send_tree(control, criu.task_image_dir(here["image_path"], task_id), "image")
         files.send_tree(control, criu.task_work_dir(here, task_id), "work")
     finally:
-        remove_tree(os.path.join(task_dir, LOCAL_DIR))
+        discard_local(task_dir)
+
+
+def discard_local(task_dir: str) -> None:
+    """The images this node holds for its task (dumped to be sent, or fetched)."""
+    remove_tree(os.path.join(task_dir, LOCAL_DIR))
 
 
 def fetch(control: peer.Peer | None, order: dict[str, Any], task_id: str, task_dir: str,

@@ -141,6 +141,9 @@ class ContainerModes(AgentOrders):
             if pid:
                 self.running_reported = True
                 self._send({"event": "running", "pid": pid})
+                # Fetched images are of no more use once CRIU let the tasks go, and
+                # would take the node's memory (/run) while the container runs.
+                images.discard_local(self.task_dir)
                 break
             time.sleep(0.02)
         else:

@@ -79,9 +79,14 @@ class AgentOrders:
                 log.current.error(f"ignored an order from the anchor: {err}")
 
     def _checkpoint(self, order: dict[str, Any]) -> None:
+        """Dump the task's container. One the checkpoint stops (freeze) is paused first
+        and dumped left running, and stays paused: the anchor ends it once the images
+        of every task are safe, or resumes it if any failed. Nothing of it runs after
+        its images, and nothing is lost if they cannot be kept. A runtime without pause
+        and resume dumps as ordered."""
         from pyscrun.node import images  # a checkpoint's only, off the way to the start
 
-        error = None
+        error, frozen = None, False
         try:
             if self.commands is None or self.task_dir is None:
                 raise RuntimeCommandError("the container is not running yet")
@@ -90,11 +95,16 @@ class AgentOrders:
                     "a container with a terminal can be checkpointed only in run mode "
                     "(RunTimeRun in oci.conf): in create/start mode its terminal is outside "
                     "the container, where CRIU cannot take it along")
+            if order.get("freeze") and all(self.commands.pattern(directive) for directive
+                                           in ("RunTimePause", "RunTimeResume")):
+                self.commands.run_checked("RunTimePause")
+                self.paused = frozen = True
+                order = {**order, "leave_running": True}
             images.checkpoint(self.control, self._for(order), order, self.ident.task_id,
                               self.task_dir)
         except (ScrunError, OSError) as err:
             error = str(err)
-        self._send({"event": "checkpointed", "error": error})
+        self._send({"event": "checkpointed", "error": error, "frozen": frozen})
 
     def _carry_out(self, order: dict[str, Any]) -> None:
         """pause, resume or update the task's container, with the runtime's own verb."""
