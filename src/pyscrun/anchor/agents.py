@@ -21,9 +21,8 @@ class AgentLink:
     """One connection on the agents' port: a stranger until it has proven it holds the
     container's secret and said hello, a node agent from then on."""
 
-    def __init__(self, peer: Peer, deadline: float) -> None:
+    def __init__(self, peer: Peer) -> None:
         self.peer = peer
-        self.deadline: float | None = deadline  # by when it must have said hello
         self.task: str | None = None
         self.node = ""
         self.reported_exit = False  # an agent that said how its container ended
@@ -52,7 +51,7 @@ class Agents:
         self.receivers_before: dict[AgentLink, TreeReceiver | None] = {}
 
     def hello(self, agent: AgentLink, task: str, node: str, tasks: int) -> None:
-        agent.task, agent.node, agent.deadline = task, node, None
+        agent.task, agent.node = task, node
         self.tasks = tasks
         self.connected.append(agent)
         for order in self.given:
