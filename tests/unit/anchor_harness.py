@@ -43,7 +43,8 @@ class Agent(threading.Thread):
     """Task 0's node agent: says hello, reports its container running and does every
     pause, resume, ..., checkpoint it is ordered; the orders it got, in turn. Its images
     go where the anchor sees them, or, once sees_image_path is False, over the channel
-    as a node's that does not see the image path (node/images.py)."""
+    as a node's that does not see the image path (node/images.py). while_dumping, if
+    set, runs once it has dumped, before it answers (a fault of the login host's)."""
 
     def __init__(self, port: int, secret: bytes, node_dir: str) -> None:
         super().__init__(daemon=True)
@@ -51,6 +52,7 @@ class Agent(threading.Thread):
         self.node_dir = node_dir  # its node's own disk
         self.orders: list[str] = []
         self.sees_image_path = True
+        self.while_dumping: Callable[[], None] | None = None
         self.to_say: queue.Queue[dict[str, Any]] = queue.Queue()
 
     def say(self, message: dict[str, Any]) -> None:
@@ -76,6 +78,8 @@ class Agent(threading.Thread):
                                            "error": None}, 5)
                     elif order["op"] == "checkpoint":
                         error = self._checkpoint(link, order)
+                        if self.while_dumping is not None:
+                            self.while_dumping()
                         link.send_message({"event": "checkpointed", "error": error}, 5)
         except peer.PeerGone:
             pass  # the anchor closed the channel: the test is over

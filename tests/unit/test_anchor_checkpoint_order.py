@@ -6,7 +6,8 @@ becomes unwritable between the check and the order, reaches the anchor as here.
 Images a node sends over the channel that cannot be written here are the same: our
 disk failed, not the agent, whose link stays up and whose container runs on (the link
 used to be dropped as if the agent had sent garbage, and the agent, without its
-anchor, killed the container).
+anchor, killed the container). So is an image path that turns read-only during the
+round: what it cannot remove of its own is said in the reply.
 
 A real anchor with its agent on loopback (anchor_harness.py); the faults are real: a
 regular file where the image directory is to be, a directory where the manifest is, a
@@ -101,3 +102,24 @@ def test_images_from_a_node_that_cannot_be_written_fail_the_checkpoint_not_the_c
     one.serve_until(lambda: bool(one.anchor.agents.exit_statuses))
     assert one.anchor.agents.exit_statuses == [3]
     assert one.anchor.agents.unreported() == 0
+
+
+def test_an_image_path_made_read_only_during_the_round_fails_it_in_one_line(
+        harness: Callable[[str], Harness], tmp_path: Path, mounts: Mounts) -> None:
+    # Neither the round's probe nor what was dumped can be removed any more: the round
+    # fails, saying so; the link stays up (both removals used to end it).
+    one = harness(RUNNING)
+    images = tmp_path / "images"
+    images.mkdir()
+    one.agent.while_dumping = lambda: mounts.read_only(images)
+    reply = one.ask({"op": "checkpoint", "image_path": str(images), "work_path": "",
+                     "leave_running": True})
+    [probe] = [p for p in images.iterdir() if p.name.startswith(".pyscrun-probe-")]
+    read_only = os.strerror(errno.EROFS)
+    assert reply == {"ok": False,
+                     "error": f"cannot remove {probe}: {read_only}; "
+                              f"cannot remove pages-1.img from {images}: {read_only}"}
+    assert one.agent.orders == ["checkpoint"]
+    assert [link.task for link in one.anchor.agents.connected] == ["0"]
+    assert one.anchor.agents.given == []
+    assert one.ask({"op": "state"})["state"]["status"] == RUNNING

@@ -14,6 +14,7 @@ import io
 import os
 from pathlib import Path
 
+from pyscrun.anchor.checkpointing import place_probe
 from pyscrun.oci.state import RUNNING
 
 TYPE_CHECKING = False
@@ -55,3 +56,18 @@ def test_a_spool_dir_that_cannot_be_written_fails_the_bundles_shipping_not_the_l
         f"'{spool / 'shipment'}'"]
     _runs_on(one)
 
+
+def test_a_restores_probe_that_cannot_be_removed_is_logged_not_the_links_end(
+        harness: Callable[[str], Harness], tmp_path: Path, mounts: Mounts,
+        logged: io.StringIO) -> None:
+    one = harness(RUNNING)
+    images = tmp_path / "images"
+    probe = place_probe(str(images))
+    mounts.read_only(images)
+    # As create left a restore whose nodes look for the probe: it goes once all run.
+    one.anchor.request.restore = {"image_path": str(images), "tasks": 1}
+    one.anchor.restore_probe = probe
+    one.agent.say({"event": "running"})
+    one.serve_until(lambda: not one.anchor.restore_probe)
+    assert _errors(logged) == [f"t: error: cannot remove {probe}: {READ_ONLY}"]
+    _runs_on(one)

@@ -139,25 +139,30 @@ class Agents:
         if done is None or not done.complete:
             return None
         self.round = None
-        done.remove_probe()
+        # A probe left behind is the round's own failure: it leaves nothing of its own.
+        probe_left = done.remove_probe()
         done.close_receivers()
         for agent in self.connected:
             agent.receiver = self.receivers_before.get(agent)
         self.receivers_before = {}
-        errors = done.errors
+        errors = done.errors + ([probe_left] if probe_left else [])
         if errors:
-            log.current.error(f"checkpoint failed: {'; '.join(errors)}")
-            done.discard_images()
-            return {"ok": False, "error": "; ".join(errors)}
+            return _failed(done, "; ".join(errors))
         try:
             done.write_manifest(container_id, job_id, self.nodes())
         except OSError as err:
             # Images without their manifest are no checkpoint: none is left to restore.
-            error = f"cannot write the checkpoint's manifest in {done.order['image_path']}: " \
-                    f"{err.strerror}"
-            log.current.error(f"checkpoint failed: {error}")
-            done.discard_images()
-            return {"ok": False, "error": error}
+            return _failed(done, f"cannot write the checkpoint's manifest in "
+                                 f"{done.order['image_path']}: {err.strerror}")
         if done.stop_after:
             self.kill(9)
         return {"ok": True}
+
+
+def _failed(done: CheckpointRound, error: str) -> dict[str, Any]:
+    """A failed round's reply, once what it wrote is removed (or said to be left)."""
+    left = done.discard_images()
+    if left:
+        error = f"{error}; {left}"
+    log.current.error(f"checkpoint failed: {error}")
+    return {"ok": False, "error": error}

@@ -56,11 +56,15 @@ def _entries(directory: str) -> dict[str, tuple[int, int]]:
     return found
 
 
-def remove_probe(probe: str) -> None:
+def remove_probe(probe: str) -> str | None:
+    """Why probe is still there, if it is."""
     try:
         os.unlink(probe)
     except FileNotFoundError:
         pass
+    except OSError as err:
+        return f"cannot remove {probe}: {err.strerror}"
+    return None
 
 
 class CheckpointRound(Answers):
@@ -100,15 +104,18 @@ class CheckpointRound(Answers):
         for receiver in self.receivers.values():
             receiver.close()
 
-    def remove_probe(self) -> None:
-        remove_probe(self.probe)
+    def remove_probe(self) -> str | None:
+        return remove_probe(self.probe)
 
-    def discard_images(self) -> None:
+    def discard_images(self) -> str | None:
         """What this round wrote in the image path (the caller's directory): a file or
-        task dir it made or replaced, of the names a dump writes; nothing else."""
+        task dir it made or replaced, of the names a dump writes; nothing else. Why not
+        all of it could be removed, if so."""
         image_path = str(self.order["image_path"])
         task_dirs = {os.path.relpath(task_image_dir(image_path, task_id), image_path)
                      for task_id in self.tasks.values()} - {"."}
+        left: list[str] = []
+        why = ""
         for name, identity in _entries(image_path).items():
             if self.before.get(name) == identity:
                 continue
@@ -116,9 +123,17 @@ class CheckpointRound(Answers):
                     name in (MANIFEST, "descriptors.json"):
                 path = os.path.join(image_path, name)
                 if os.path.isdir(path) and not os.path.islink(path):
-                    remove_tree(path)
+                    remove_tree(path)  # says nothing of what it could not remove
                 else:
-                    os.unlink(path)
+                    try:
+                        os.unlink(path)
+                    except FileNotFoundError:
+                        pass
+                    except OSError as err:
+                        why = why or err.strerror or str(err)
+                if os.path.lexists(path):
+                    left.append(name)
+        return _left(left, image_path, why)
 
     def write_manifest(self, container_id: str, job_id: str, nodes: list[str]) -> None:
         manifest = {
@@ -130,3 +145,11 @@ class CheckpointRound(Answers):
         }
         write_atomic(os.path.join(str(self.order["image_path"]), MANIFEST),
                      jsonc.dumps(manifest).encode(), 0o644, durable=True)
+
+
+def _left(names: list[str], directory: str, why: str) -> str | None:
+    """One line for what could not be removed from directory, if anything."""
+    if not names:
+        return None
+    more = f" and {len(names) - 1} more" if len(names) > 1 else ""
+    return f"cannot remove {sorted(names)[0]}{more} from {directory}" + (f": {why}" if why else "")
