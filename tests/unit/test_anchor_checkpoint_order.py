@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from pyscrun.anchor.checkpointing import CheckpointRound
 from pyscrun.node.criu import MANIFEST
 from pyscrun.oci.state import RUNNING
 
@@ -123,3 +124,28 @@ def test_an_image_path_made_read_only_during_the_round_fails_it_in_one_line(
     assert [link.task for link in one.anchor.agents.connected] == ["0"]
     assert one.anchor.agents.given == []
     assert one.ask({"op": "state"})["state"]["status"] == RUNNING
+
+
+@pytest.mark.parametrize("new_file", [False, True], ids=["rewritten", "rewritten-and-new"])
+def test_a_failed_round_removes_what_it_wrote_in_a_task_dir_and_nothing_else(
+        tmp_path: Path, new_file: bool) -> None:
+    # An earlier checkpoint of two tasks; the round's task 1 rewrites one of its files
+    # in place (the same inode) and fails. The rewritten file used to stay, half
+    # written, or, beside a new file, the whole task dir used to go.
+    images = tmp_path / "images"
+    (images / "task-1").mkdir(parents=True)
+    earlier = ["pages-1.img", MANIFEST, "task-1/pages-1.img", "task-1/core-1.img"]
+    for name in earlier:
+        (images / name).write_text("an earlier checkpoint's")
+    done = CheckpointRound({"image_path": str(images), "work_path": ""}, {"a": "0", "b": "1"})
+    (images / "pages-1.img").write_text("task 0's")
+    (images / "task-1/pages-1.img").write_text("task 1's, half")
+    if new_file:
+        (images / "task-1/pages-2.img").write_text("task 1's, half")
+    done.record("a", None)
+    done.record("b", "criu failed")
+    assert done.remove_probe() is None
+    assert done.discard_images() is None
+    assert sorted(str(p.relative_to(images)) for p in images.rglob("*")) == [
+        MANIFEST, "task-1", "task-1/core-1.img"]
+    assert {p.read_text() for p in images.rglob("*") if p.is_file()} == {"an earlier checkpoint's"}
