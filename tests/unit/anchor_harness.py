@@ -30,6 +30,7 @@ from pyscrun.leave import exit_status_of
 from pyscrun.node.criu import local_order, task_image_dir, task_work_dir
 from pyscrun.node.images import LOCAL_DIR
 from pyscrun.oci.bundle import Bundle
+from pyscrun.oci.state import RUNNING
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -168,6 +169,18 @@ class Harness:
         thread.start()
         self.serve_until(lambda: not thread.is_alive())
         return reply[0]
+
+    def runs_on(self) -> None:
+        """The agent's link is up, nothing was killed, and the container runs on until it
+        ends by itself, with its own status."""
+        agents = self.anchor.agents
+        assert [link.task for link in agents.connected] == ["0"]
+        assert agents.given == []
+        assert self.ask({"op": "state"})["state"]["status"] == RUNNING
+        self.agent.say({"event": "exit", "status": 3})
+        self.serve_until(lambda: bool(agents.exit_statuses))
+        assert agents.exit_statuses == [3]
+        assert agents.unreported() == 0
 
     def saved_status(self) -> str:
         return self.anchor.store.load(ID).status

@@ -31,18 +31,6 @@ def _errors(logged: io.StringIO) -> list[str]:
     return [line for line in logged.getvalue().splitlines() if line.startswith("t: error: ")]
 
 
-def _runs_on(one: Harness) -> None:
-    """The link is up, nothing was killed, and the container ends by itself, with its
-    own status."""
-    assert [link.task for link in one.anchor.agents.connected] == ["0"]
-    assert one.anchor.agents.given == []
-    assert one.ask({"op": "state"})["state"]["status"] == RUNNING
-    one.agent.say({"event": "exit", "status": 3})
-    one.serve_until(lambda: bool(one.anchor.agents.exit_statuses))
-    assert one.anchor.agents.exit_statuses == [3]
-    assert one.anchor.agents.unreported() == 0
-
-
 def test_a_spool_dir_that_cannot_be_written_fails_the_bundles_shipping_not_the_link(
         harness: Callable[[str], Harness], mounts: Mounts, logged: io.StringIO) -> None:
     one = harness(RUNNING)
@@ -54,7 +42,7 @@ def test_a_spool_dir_that_cannot_be_written_fails_the_bundles_shipping_not_the_l
     assert _errors(logged) == [
         f"t: error: shipping the bundle to n1: [Errno {errno.EROFS}] {READ_ONLY}: "
         f"'{spool / 'shipment'}'"]
-    _runs_on(one)
+    one.runs_on()
 
 
 def test_a_restores_probe_that_cannot_be_removed_is_logged_not_the_links_end(
@@ -70,4 +58,4 @@ def test_a_restores_probe_that_cannot_be_removed_is_logged_not_the_links_end(
     one.agent.say({"event": "running"})
     one.serve_until(lambda: not one.anchor.restore_probe)
     assert _errors(logged) == [f"t: error: cannot remove {probe}: {READ_ONLY}"]
-    _runs_on(one)
+    one.runs_on()
