@@ -1,5 +1,5 @@
-"""Accepting connections with the C socket type alone, and without spinning when out
-of descriptors.
+"""Accepting connections with the C socket type alone, without spinning when out of
+descriptors, and holding them until they prove themselves.
 
 The anchor listens and accepts without the `socket` module: its enums, selectors and
 collections cost 5 ms of CPU, which the anchor would spend while salloc and slurmctld
@@ -17,9 +17,19 @@ from pyscrun.poller import READ
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
+    from typing import Generic, TypeVar
 
     from pyscrun.poller import Poller
+
+    Link = TypeVar("Link")
+else:
+    # typing costs the anchor milliseconds at start: at run time, a plain base class.
+    class Generic:
+        def __class_getitem__(cls, item: object) -> type:
+            return object
+
+    Link = None
 
 
 def accept(listener: _socket.socket) -> _socket.socket:
@@ -83,3 +93,45 @@ class Listener:
             self.selector.unregister(self.sock)
         self.resume_at = None
         self.sock.close()
+
+
+# How many connections may be proving themselves at once: a flood of them cannot take
+# every descriptor.
+MAX_STRANGERS = 64
+
+
+class Strangers(Generic[Link]):
+    """Connections accepted but not proven yet: each for at most timeout seconds, at most
+    MAX_STRANGERS at once (a new one pushes out the oldest). One pushed out or late is no
+    longer held, and goes to refuse with the reason."""
+
+    def __init__(self, timeout: float, refuse: Callable[[Link, str], None]) -> None:
+        self.timeout = timeout
+        self.refuse = refuse
+        # In the order they came, so that of their deadlines too.
+        self.waiting: dict[Link, float] = {}
+
+    def add(self, link: Link) -> None:
+        if len(self.waiting) >= MAX_STRANGERS:
+            oldest = next(iter(self.waiting))
+            del self.waiting[oldest]
+            self.refuse(oldest, "too many connections are waiting to say hello")
+        self.waiting[link] = time.monotonic() + self.timeout
+
+    def discard(self, link: Link) -> None:
+        """link proved itself, or is gone."""
+        self.waiting.pop(link, None)
+
+    def expire(self, now: float) -> None:
+        while self.waiting:
+            link, deadline = next(iter(self.waiting.items()))
+            if deadline > now:
+                return
+            del self.waiting[link]
+            self.refuse(link, "it did not say hello in time")
+
+    def deadlines(self) -> list[float]:
+        return [next(iter(self.waiting.values()))] if self.waiting else []
+
+    def __iter__(self) -> Iterator[Link]:
+        return iter(list(self.waiting))

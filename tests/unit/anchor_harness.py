@@ -30,6 +30,7 @@ from pyscrun.leave import exit_status_of
 from pyscrun.node.criu import local_order, task_image_dir, task_work_dir
 from pyscrun.node.images import LOCAL_DIR
 from pyscrun.oci.bundle import Bundle
+from pyscrun.oci.state import RUNNING
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -43,7 +44,8 @@ class Agent(threading.Thread):
     """Task 0's node agent: says hello, reports its container running and does every
     pause, resume, ..., checkpoint it is ordered; the orders it got, in turn. Its images
     go where the anchor sees them, or, once sees_image_path is False, over the channel
-    as a node's that does not see the image path (node/images.py)."""
+    as a node's that does not see the image path (node/images.py). while_dumping, if
+    set, runs once it has dumped, before it answers (a fault of the login host's)."""
 
     def __init__(self, port: int, secret: bytes, node_dir: str) -> None:
         super().__init__(daemon=True)
@@ -51,6 +53,7 @@ class Agent(threading.Thread):
         self.node_dir = node_dir  # its node's own disk
         self.orders: list[str] = []
         self.sees_image_path = True
+        self.while_dumping: Callable[[], None] | None = None
         self.to_say: queue.Queue[dict[str, Any]] = queue.Queue()
 
     def say(self, message: dict[str, Any]) -> None:
@@ -76,6 +79,8 @@ class Agent(threading.Thread):
                                            "error": None}, 5)
                     elif order["op"] == "checkpoint":
                         error = self._checkpoint(link, order)
+                        if self.while_dumping is not None:
+                            self.while_dumping()
                         link.send_message({"event": "checkpointed", "error": error}, 5)
         except peer.PeerGone:
             pass  # the anchor closed the channel: the test is over
@@ -164,6 +169,18 @@ class Harness:
         thread.start()
         self.serve_until(lambda: not thread.is_alive())
         return reply[0]
+
+    def runs_on(self) -> None:
+        """The agent's link is up, nothing was killed, and the container runs on until it
+        ends by itself, with its own status."""
+        agents = self.anchor.agents
+        assert [link.task for link in agents.connected] == ["0"]
+        assert agents.given == []
+        assert self.ask({"op": "state"})["state"]["status"] == RUNNING
+        self.agent.say({"event": "exit", "status": 3})
+        self.serve_until(lambda: bool(agents.exit_statuses))
+        assert agents.exit_statuses == [3]
+        assert agents.unreported() == 0
 
     def saved_status(self) -> str:
         return self.anchor.store.load(ID).status

@@ -28,7 +28,8 @@ class Mounts:
             os.close(filler)
 
     def read_only(self, path: Path) -> None:
-        path.mkdir()
+        """path (made if missing), as it is, read-only from now on."""
+        path.mkdir(exist_ok=True)
         self._mount(path, "--bind", "-o", "ro", str(path))
 
     def _mount(self, path: Path, *how: str) -> None:

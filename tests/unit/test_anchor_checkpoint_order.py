@@ -6,7 +6,8 @@ becomes unwritable between the check and the order, reaches the anchor as here.
 Images a node sends over the channel that cannot be written here are the same: our
 disk failed, not the agent, whose link stays up and whose container runs on (the link
 used to be dropped as if the agent had sent garbage, and the agent, without its
-anchor, killed the container).
+anchor, killed the container). So is an image path that turns read-only during the
+round: what it cannot remove of its own is said in the reply.
 
 A real anchor with its agent on loopback (anchor_harness.py); the faults are real: a
 regular file where the image directory is to be, a directory where the manifest is, a
@@ -21,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from pyscrun.anchor.checkpointing import CheckpointRound
 from pyscrun.node.criu import MANIFEST
 from pyscrun.oci.state import RUNNING
 
@@ -92,12 +94,48 @@ def test_images_from_a_node_that_cannot_be_written_fail_the_checkpoint_not_the_c
     # The round left nothing of its own: no probe, no image, no log.
     assert sorted(p.name for p in images.iterdir()) == before
     assert not any(work.iterdir())
-    # The link is up, nothing was killed, and the container runs on...
-    assert [link.task for link in one.anchor.agents.connected] == ["0"]
-    assert one.anchor.agents.given == []
-    assert one.ask({"op": "state"})["state"]["status"] == RUNNING
-    # ...until it ends by itself, with its own status.
-    one.agent.say({"event": "exit", "status": 3})
-    one.serve_until(lambda: bool(one.anchor.agents.exit_statuses))
-    assert one.anchor.agents.exit_statuses == [3]
-    assert one.anchor.agents.unreported() == 0
+    one.runs_on()
+
+
+def test_an_image_path_made_read_only_during_the_round_fails_it_in_one_line(
+        harness: Callable[[str], Harness], tmp_path: Path, mounts: Mounts) -> None:
+    # Neither the round's probe nor what was dumped can be removed any more: the round
+    # fails, saying so; the link stays up (both removals used to end it).
+    one = harness(RUNNING)
+    images = tmp_path / "images"
+    images.mkdir()
+    one.agent.while_dumping = lambda: mounts.read_only(images)
+    reply = one.ask({"op": "checkpoint", "image_path": str(images), "work_path": "",
+                     "leave_running": True})
+    [probe] = [p for p in images.iterdir() if p.name.startswith(".pyscrun-probe-")]
+    read_only = os.strerror(errno.EROFS)
+    assert reply == {"ok": False,
+                     "error": f"cannot remove {probe}: {read_only}; "
+                              f"cannot remove pages-1.img from {images}: {read_only}"}
+    assert one.agent.orders == ["checkpoint"]
+    one.runs_on()
+
+
+@pytest.mark.parametrize("new_file", [False, True], ids=["rewritten", "rewritten-and-new"])
+def test_a_failed_round_removes_what_it_wrote_in_a_task_dir_and_nothing_else(
+        tmp_path: Path, new_file: bool) -> None:
+    # An earlier checkpoint of two tasks; the round's task 1 rewrites one of its files
+    # in place (the same inode) and fails. The rewritten file used to stay, half
+    # written, or, beside a new file, the whole task dir used to go.
+    images = tmp_path / "images"
+    (images / "task-1").mkdir(parents=True)
+    earlier = ["pages-1.img", MANIFEST, "task-1/pages-1.img", "task-1/core-1.img"]
+    for name in earlier:
+        (images / name).write_text("an earlier checkpoint's")
+    done = CheckpointRound({"image_path": str(images), "work_path": ""}, {"a": "0", "b": "1"})
+    (images / "pages-1.img").write_text("task 0's")
+    (images / "task-1/pages-1.img").write_text("task 1's, half")
+    if new_file:
+        (images / "task-1/pages-2.img").write_text("task 1's, half")
+    done.record("a", None)
+    done.record("b", "criu failed")
+    assert done.remove_probe() is None
+    assert done.discard_images() is None
+    assert sorted(str(p.relative_to(images)) for p in images.rglob("*")) == [
+        MANIFEST, "task-1", "task-1/core-1.img"]
+    assert {p.read_text() for p in images.rglob("*") if p.is_file()} == {"an earlier checkpoint's"}

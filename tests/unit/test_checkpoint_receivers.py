@@ -16,7 +16,7 @@ from pyscrun.channel.peer import Peer
 def test_the_shipments_receiver_is_back_after_a_checkpoint(tmp_path: Path) -> None:
     ours, theirs = _socket.socketpair()
     try:
-        agent = AgentLink(Peer.accepted(ours, b"s" * 32), 0.0)
+        agent = AgentLink(Peer.accepted(ours, b"s" * 32))
         agents = Agents()
         agents.hello(agent, "0", "n1", 1)
         shipment = TreeReceiver({"rootfs": str(tmp_path / "back")})

@@ -2,13 +2,11 @@
 container's agents, and what they send.
 
 A connection has HELLO_TIMEOUT to prove it holds the container's secret and say hello,
-and at most MAX_STRANGERS may be doing so at once; one that cannot, or sends anything
-malformed, is dropped with one log line and changes nothing.
+and at most sockets.MAX_STRANGERS may be doing so at once; one that cannot, or sends
+anything malformed, is dropped with one log line and changes nothing.
 """
 
 from __future__ import annotations
-
-import time
 
 from pyscrun import log, messages, poller, sockets
 from pyscrun.anchor.agents import AgentLink, Agents
@@ -25,7 +23,6 @@ if TYPE_CHECKING:
     from typing import Any
 
 HELLO_TIMEOUT = 10.0
-MAX_STRANGERS = 64
 
 
 class AgentPort:
@@ -42,15 +39,14 @@ class AgentPort:
         listener.setblocking(False)
         self.port = tcp.port_of(listener)
         self.listener = sockets.Listener(selector, listener, self, "the agents' port")
-        self.strangers: list[AgentLink] = []  # connected, not agents (yet)
+        self.strangers: sockets.Strangers[AgentLink] = sockets.Strangers(HELLO_TIMEOUT,
+                                                                          self.refuse)
 
     def deadlines(self) -> list[float]:
-        return [*(link.deadline for link in self.strangers if link.deadline is not None),
-                *self.listener.deadlines()]
+        return [*self.strangers.deadlines(), *self.listener.deadlines()]
 
     def expire(self, now: float) -> None:
-        for link in [s for s in self.strangers if s.deadline is not None and s.deadline <= now]:
-            self.refuse(link, "it did not say hello in time")
+        self.strangers.expire(now)
         self.listener.resume(now)
 
     def rearm(self) -> None:
@@ -78,10 +74,8 @@ class AgentPort:
         sock = self.listener.accept()
         if sock is None:
             return
-        if len(self.strangers) >= MAX_STRANGERS:
-            self.refuse(self.strangers[0], "too many connections are waiting to say hello")
-        link = AgentLink(Peer.accepted(sock, self.secret), time.monotonic() + HELLO_TIMEOUT)
-        self.strangers.append(link)
+        link = AgentLink(Peer.accepted(sock, self.secret))
+        self.strangers.add(link)
         self.selector.register(sock, poller.READ, link)
 
     def refuse(self, link: AgentLink, why: str) -> None:
@@ -89,8 +83,7 @@ class AgentPort:
         self._drop(link)
 
     def _drop(self, link: AgentLink) -> None:
-        if link in self.strangers:
-            self.strangers.remove(link)
+        self.strangers.discard(link)
         watch(self.selector, link.peer.sock, 0, link)
         link.peer.close()
         if link.task is not None:
@@ -139,8 +132,7 @@ class AgentPort:
         if op == "agent-error":
             self.agents.failed(str(message.get("task") or "0"), str(message.get("message", "")))
             log.current.error(f"node agent: {self.agents.last_error}")
-            self.strangers.remove(link)
-            link.deadline = None
+            self.strangers.discard(link)
             return
         if op == streams.HELLO:
             self._stream(link, message)
@@ -150,7 +142,7 @@ class AgentPort:
         task, node = message["task"], message["node"]
         if not task.isdigit():
             raise ValueError(f"a hello from task {task[:20]!r}")
-        self.strangers.remove(link)
+        self.strangers.discard(link)
         self.agents.hello(link, task, node, int(message.get("tasks") or 1))
 
     def _stream(self, link: AgentLink, message: dict[str, Any]) -> None:
@@ -161,7 +153,7 @@ class AgentPort:
             raise ValueError(f"a stream of task {task[:20]!r}")
         if not link.send({"op": streams.TAKEN}) or link.peer.pending:
             raise ValueError("the stream could not be told it was taken")
-        self.strangers.remove(link)
+        self.strangers.discard(link)
         watch(self.selector, link.peer.sock, 0, link)
         link.stream = True
         if not self.on_stream(link.peer.sock, message["stream"]):

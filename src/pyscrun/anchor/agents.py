@@ -21,9 +21,8 @@ class AgentLink:
     """One connection on the agents' port: a stranger until it has proven it holds the
     container's secret and said hello, a node agent from then on."""
 
-    def __init__(self, peer: Peer, deadline: float) -> None:
+    def __init__(self, peer: Peer) -> None:
         self.peer = peer
-        self.deadline: float | None = deadline  # by when it must have said hello
         self.task: str | None = None
         self.node = ""
         self.reported_exit = False  # an agent that said how its container ended
@@ -53,7 +52,7 @@ class Agents:
         self.frozen: list[AgentLink] = []  # of the round: tasks that wait paused
 
     def hello(self, agent: AgentLink, task: str, node: str, tasks: int) -> None:
-        agent.task, agent.node, agent.deadline = task, node, None
+        agent.task, agent.node = task, node
         self.tasks = tasks
         self.connected.append(agent)
         for order in self.given:
@@ -148,25 +147,34 @@ class Agents:
         if done is None or not done.complete:
             return None
         self.round = None
-        done.remove_probe()
+        # A probe left behind is the round's own failure: it leaves nothing of its own.
+        probe_left = done.remove_probe()
         done.close_receivers()
         for agent in self.connected:
             agent.receiver = self.receivers_before.get(agent)
         self.receivers_before = {}
-        error = "; ".join(done.errors)
-        if not error:
+        errors = done.errors + ([probe_left] if probe_left else [])
+        if not errors:
             try:
                 done.write_manifest(container_id, job_id, self.nodes())
             except OSError as err:
                 # Images without their manifest are no checkpoint: none is left to restore.
-                error = f"cannot write the checkpoint's manifest in " \
-                        f"{done.order['image_path']}: {err.strerror}"
-        if error:
-            log.current.error(f"checkpoint failed: {error}")
-            done.discard_images()
+                errors.append(f"cannot write the checkpoint's manifest in "
+                              f"{done.order['image_path']}: {err.strerror}")
+        if errors:
+            reply = _failed(done, "; ".join(errors))
             for agent in self.frozen:
                 agent.send({"op": "resume"})  # as it was: running
-            return {"ok": False, "error": error}
+            return reply
         if done.stops:
             self.kill(9)  # a paused task is resumed to take it
         return {"ok": True}
+
+
+def _failed(done: CheckpointRound, error: str) -> dict[str, Any]:
+    """A failed round's reply, once what it wrote is removed (or said to be left)."""
+    left = done.discard_images()
+    if left:
+        error = f"{error}; {left}"
+    log.current.error(f"checkpoint failed: {error}")
+    return {"ok": False, "error": error}

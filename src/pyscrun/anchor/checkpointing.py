@@ -11,6 +11,7 @@ CRIU ends a lone task; several are dumped left running and ended once all succee
 from __future__ import annotations
 
 import os
+import stat
 import time
 
 from pyscrun import jsonc
@@ -19,6 +20,7 @@ from pyscrun.channel.files import TreeReceiver
 from pyscrun.errors import CheckpointError
 from pyscrun.fs import remove_tree, write_atomic
 from pyscrun.node.criu import MANIFEST, PROBE, task_image_dir, task_work_dir
+from pyscrun.snapshot import ROOT, settle, walk
 
 # typing costs milliseconds at every start of the CLI: for type checkers only.
 TYPE_CHECKING = False
@@ -41,28 +43,15 @@ def place_probe(image_path: str) -> str:
     return probe
 
 
-def _entries(directory: str) -> dict[str, tuple[int, int]]:
-    """The entries of directory, each as (inode, modification time): made or
-    rewritten since, it differs."""
-    found = {}
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return {}
-    for name in names:
-        try:
-            info = os.lstat(os.path.join(directory, name))
-        except OSError:
-            continue
-        found[name] = (info.st_ino, info.st_mtime_ns)
-    return found
-
-
-def remove_probe(probe: str) -> None:
+def remove_probe(probe: str) -> str | None:
+    """Why probe is still there, if it is."""
     try:
         os.unlink(probe)
     except FileNotFoundError:
         pass
+    except OSError as err:
+        return f"cannot remove {probe}: {err.strerror}"
+    return None
 
 
 class CheckpointRound(Answers):
@@ -71,9 +60,19 @@ class CheckpointRound(Answers):
         super().__init__(tasks)
         self.order = order
         self.stops = not order.get("leave_running")
-        self.probe = place_probe(str(order["image_path"]))
-        # What the image path held before: a failed round removes only what it wrote.
-        self.before = _entries(str(order["image_path"]))
+        image_path = str(order["image_path"])
+        # The dirs of its tasks below the image path (task 0's is the top of it).
+        self.task_dirs = {os.path.relpath(task_image_dir(image_path, task_id), image_path)
+                          for task_id in tasks.values()} - {ROOT}
+        self.probe = place_probe(image_path)
+        # What the image path held before, its tasks' dirs to their depths: a failed
+        # round removes only what it wrote.
+        try:
+            self.before = walk(image_path, self._dumped_into)
+        except OSError as err:
+            remove_probe(self.probe)
+            raise CheckpointError(f"cannot read {image_path}: {err.strerror}") from None
+        settle(self.before)
         self.receivers: dict[object, TreeReceiver] = {}
 
     def order_for_agents(self) -> dict[str, Any]:
@@ -104,25 +103,50 @@ class CheckpointRound(Answers):
         for receiver in self.receivers.values():
             receiver.close()
 
-    def remove_probe(self) -> None:
-        remove_probe(self.probe)
+    def remove_probe(self) -> str | None:
+        return remove_probe(self.probe)
 
-    def discard_images(self) -> None:
-        """What this round wrote in the image path (the caller's directory): a file or
-        task dir it made or replaced, of the names a dump writes; nothing else."""
+    def discard_images(self) -> str | None:
+        """What this round wrote in the image path (the caller's directory): a file it
+        made or rewrote, of the names a dump writes or in one of its tasks' dirs, and a
+        directory it made there; nothing else. Why not all of it could be removed, if
+        so."""
         image_path = str(self.order["image_path"])
-        task_dirs = {os.path.relpath(task_image_dir(image_path, task_id), image_path)
-                     for task_id in self.tasks.values()} - {"."}
-        for name, identity in _entries(image_path).items():
-            if self.before.get(name) == identity:
+        try:
+            now = walk(image_path, self._dumped_into)
+        except OSError as err:
+            return f"cannot read {image_path}: {err.strerror}"
+        left: list[str] = []
+        why = ""
+        for relative, (inode, changed, kind) in sorted(now.items()):  # directories first
+            was = self.before.get(relative)
+            if was == (inode, changed, kind) or not self._dumped(relative):
                 continue
-            if name in task_dirs or name.endswith(".img") or \
-                    name in (MANIFEST, "descriptors.json"):
-                path = os.path.join(image_path, name)
-                if os.path.isdir(path) and not os.path.islink(path):
-                    remove_tree(path)
-                else:
+            path = os.path.join(image_path, relative)
+            if stat.S_ISDIR(kind):
+                if was is not None and (was[0], was[2]) == (inode, kind):
+                    continue  # there before: only what changed in it goes
+                remove_tree(path)  # says nothing of what it could not remove
+            else:
+                try:
                     os.unlink(path)
+                except FileNotFoundError:
+                    pass  # in a directory gone already
+                except OSError as err:
+                    why = why or err.strerror or str(err)
+            if os.path.lexists(path):
+                left.append(relative)
+        return _left(left, image_path, why)
+
+    def _dumped_into(self, relative: str) -> bool:
+        """Whether a directory below the image path is one a dump writes into."""
+        return relative.split("/", 1)[0] in self.task_dirs
+
+    def _dumped(self, relative: str) -> bool:
+        """Whether an entry below the image path is one a dump writes (the walks go
+        below the top into the tasks' dirs only)."""
+        return relative != ROOT and (self._dumped_into(relative) or relative.endswith(".img")
+                                     or relative in (MANIFEST, "descriptors.json"))
 
     def write_manifest(self, container_id: str, job_id: str, nodes: list[str]) -> None:
         manifest = {
@@ -134,3 +158,11 @@ class CheckpointRound(Answers):
         }
         write_atomic(os.path.join(str(self.order["image_path"]), MANIFEST),
                      jsonc.dumps(manifest).encode(), 0o644, durable=True)
+
+
+def _left(names: list[str], directory: str, why: str) -> str | None:
+    """One line for what could not be removed from directory, if anything."""
+    if not names:
+        return None
+    more = f" and {len(names) - 1} more" if len(names) > 1 else ""
+    return f"cannot remove {sorted(names)[0]}{more} from {directory}" + (f": {why}" if why else "")

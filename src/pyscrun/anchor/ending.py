@@ -77,18 +77,14 @@ class Ending(Launch):
 
     def _remove_restore_probe(self) -> None:
         if self.restore_probe:
-            from pyscrun.anchor.checkpointing import remove_probe
-
-            remove_probe(self.restore_probe)
+            _remove_probe(self.restore_probe)
             self.restore_probe = ""
 
     def _release(self) -> None:
         self.request.abandon_started_allocation()
         self._remove_restore_probe()
         if self.bundle_probe:
-            from pyscrun.anchor.checkpointing import remove_probe
-
-            remove_probe(self.bundle_probe)
+            _remove_probe(self.bundle_probe)
             self.bundle_probe = ""
         if self.shipment is not None:
             self.shipment.remove()
@@ -186,3 +182,13 @@ def wait_status(pid: int) -> int:
     except ChildProcessError:
         return 255
     return shell_status(status)
+
+
+def _remove_probe(probe: str) -> None:
+    """A probe left behind is said, and no more: the container goes on, or ends, as it
+    would have."""
+    from pyscrun.anchor.checkpointing import remove_probe
+
+    left = remove_probe(probe)
+    if left:
+        log.current.error(left)

@@ -98,8 +98,6 @@ class Orders:
                     self.shipment = Shipment(self.staging.bundle,
                                              self.store.spool_dir(self.state.id))
                 self.shipment.send(agent)
-                if agent.task == "0":
-                    agent.receiver = self.shipment.receiver()
             else:
                 agent.send({"op": "bundle-sent", "error": "this container ships no bundle"})
             return

@@ -51,20 +51,23 @@ class Shipment:
         self.rootfs = ""  # the rootfs here, once built
 
     def send(self, link: AgentLink) -> None:
+        """The bundle to link's node; task 0's link also gets where its container's
+        changes come back, made here first: a container whose changes could not come
+        back does not run, and what this disk cannot do fails the shipping, not the
+        link."""
         error = None
         try:
             if not self.rootfs:
                 self._build()
+            if link.task == "0":
+                os.makedirs(self.back, mode=0o700, exist_ok=True)
+                link.receiver = files.TreeReceiver({"rootfs": self.back})
             files.send_tree(link.peer, self.dir, "bundle", skip=lambda name: name == "back")
             files.send_tar(link.peer, self.rootfs, "bundle", ROOTFS_ARCHIVE)
         except (ScrunError, OSError, ValueError, KeyError, TypeError) as err:
             error = f"shipping the bundle to {link.node or 'a node'}: {err}"
             log.current.error(error)
         link.send({"op": "bundle-sent", "error": error})
-
-    def receiver(self) -> files.TreeReceiver:
-        os.makedirs(self.back, mode=0o700, exist_ok=True)
-        return files.TreeReceiver({"rootfs": self.back})
 
     def bring_back(self, rootfs: str, failed: str | None) -> None:
         """What the container changed, as task 0 sent it, put in place in the rootfs

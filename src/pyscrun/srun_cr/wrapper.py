@@ -29,10 +29,8 @@ from pyscrun.srun_cr.srunopts import REFUSED, SrunLine
 
 LAUNCHER_MODULE = "pyscrun.srun_cr.launcher"
 RESTART_ENV = "SLURM_RESTART_DIR"
-# How long a connection to the launchers' port may take to prove itself, and how many
-# may be doing so at once: a flood of them cannot take every descriptor.
+# How long a connection to the launchers' port may take to prove itself.
 HELLO_TIMEOUT = 30.0
-MAX_STRANGERS = 64
 SEND_TIMEOUT = 30.0
 
 
@@ -109,7 +107,6 @@ class _Launcher:
         self.link = link
         self.sock = link.sock
         self.rank: int | None = None
-        self.deadline: float | None = time.monotonic() + HELLO_TIMEOUT
 
     def send(self, message: dict[str, Any]) -> None:
         if not self.link.send_message(message, SEND_TIMEOUT):
@@ -129,7 +126,8 @@ class Wrapper:
         self.srun_pid = 0
         self.criu = ""
         self.secret = os.urandom(32)
-        self.strangers: list[_Launcher] = []  # connected, no hello yet
+        self.strangers: sockets.Strangers[_Launcher] = sockets.Strangers(HELLO_TIMEOUT,
+                                                                          self._close_launcher)
 
     def run(self) -> NoReturn:
         srun = _srun(self.environ)
@@ -202,7 +200,7 @@ class Wrapper:
         try:
             while True:
                 deadlines = [d for d in (self.coordinator.next_deadline(), *control.deadlines(),
-                                         *(c.deadline for c in self.strangers),
+                                         *self.strangers.deadlines(),
                                          *launchers.deadlines()) if d is not None]
                 timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
                 for key, _ in self.selector.select(timeout):
@@ -220,8 +218,7 @@ class Wrapper:
                         self._launcher_readable(key.data)
                 now = time.monotonic()
                 control.expire(now)
-                for late in [c for c in self.strangers if c.deadline is not None and c.deadline <= now]:
-                    self._close_launcher(late, "it did not say hello in time")
+                self.strangers.expire(now)
                 launchers.resume(now)
                 self.coordinator.tick(now)
         finally:
@@ -231,12 +228,10 @@ class Wrapper:
         sock = launchers.accept()
         if sock is None:
             return
-        if len(self.strangers) >= MAX_STRANGERS:
-            self._close_launcher(self.strangers[0], "too many connections are waiting to say hello")
         conn = _Launcher(peer.Peer.accepted(sock, self.secret))
         conn.link.sock.setblocking(True)
         conn.link.sock.settimeout(SEND_TIMEOUT)
-        self.strangers.append(conn)
+        self.strangers.add(conn)
         self.selector.register(sock, poller.READ, conn)
 
     def _close_launcher(self, conn: _Launcher, why: str) -> None:
@@ -245,8 +240,7 @@ class Wrapper:
                               f"{conn.link.address}: {why}")
         self.selector.unregister(conn.sock)
         conn.link.close()
-        if conn in self.strangers:
-            self.strangers.remove(conn)
+        self.strangers.discard(conn)
         if conn.rank is not None:
             self.coordinator.gone(conn.rank)
 
@@ -265,9 +259,7 @@ class Wrapper:
                 self._close_launcher(conn, f"expected a hello, got {message.get('op')!r}")
                 return
             if message.get("op") == "hello":
-                conn.deadline = None
-                if conn in self.strangers:
-                    self.strangers.remove(conn)
+                self.strangers.discard(conn)
             self._dispatch(conn, message)
 
     def _request(self, client: Connection, message: dict[str, Any]) -> dict[str, Any] | None:
