@@ -79,6 +79,17 @@ def test_tasks_asked_for_on_one_node_all_run(users_slurm_runtime: Runtime) -> No
     assert sorted(done.stdout.decode().splitlines()) == ["task0 of 2", "task1 of 2"]
 
 
+def test_srun_args_come_before_the_steps_own_options(users_slurm_runtime: Runtime) -> None:
+    """oci.conf's SrunArgs go first, as Slurm's scrun puts them: the step's own options
+    win (an --export=NONE there took the agent's variables away and no container ran),
+    and the others reach srun (the task sees its --cpus-per-task)."""
+    users_slurm_runtime.write_conf(
+        "oci.conf", RUN_OCI_CONF + 'SrunArgs="--export=NONE"\nSrunArgs="--cpus-per-task=1"\n')
+    done = podman(users_slurm_runtime, "run", "--rm", IMAGE, "sh", "-c",
+                  "echo cpus=$SLURM_CPUS_PER_TASK")
+    assert (done.returncode, done.stdout) == (0, b"cpus=1\n"), done.stderr
+
+
 def test_job_options_reach_the_job_record(users_slurm_runtime: Runtime) -> None:
     done = podman(users_slurm_runtime, "run", "--rm", "-e", "SCRUN_TIMELIMIT=1", "-e",
                   "SCRUN_PARTITION=other", "-e", "SCRUN_JOB_NAME=named-by-test", "-e",

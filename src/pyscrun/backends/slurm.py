@@ -164,10 +164,10 @@ class SlurmBackend(Backend):
         srun = site.oci.SrunPath or "srun"
         if which(srun, os.environ.get("PATH")) is None:
             raise BackendError(f"{srun} not found: install slurm-client")
-        argv = [srun, f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1",
-                "--job-name=scrun-exec", "--quiet", "--export=ALL", "--kill-on-bad-exit=0",
-                "--chdir=/", *(["--pty"] if terminal else []),
-                *site.oci.SrunArgs, "--", *exec_into_command()]
+        argv = [srun, *site.oci.SrunArgs, f"--jobid={job_id}", "--overlap", "--nodes=1",
+                "--ntasks=1", "--job-name=scrun-exec", "--quiet", "--export=ALL",
+                "--kill-on-bad-exit=0", "--chdir=/", *(["--pty"] if terminal else []),
+                "--", *exec_into_command()]
         exec_env = _env(site, env)
         exec_env.pop("SLURM_JOBID", None)
         exec_env.pop("SLURM_STEP_ID", None)
@@ -193,11 +193,12 @@ class SlurmBackend(Backend):
         srun = site.oci.SrunPath or "srun"
         # --chdir: the caller's working directory (docker's bundle dir, buildah's) is
         # often one no node has, and slurmstepd would say so on the container's stderr.
-        argv = [srun, f"--jobid={allocation.job_id}", "--job-name=scrun", "--export=ALL",
-                "--kill-on-bad-exit=0", "--chdir=/"]
+        # oci.conf's SrunArgs first, as Slurm's scrun puts them: the options the step
+        # needs (--export=ALL carries the agent's variables) come after, and win.
+        argv = [srun, *site.oci.SrunArgs, f"--jobid={allocation.job_id}", "--job-name=scrun",
+                "--export=ALL", "--kill-on-bad-exit=0", "--chdir=/"]
         if request.terminal_fd is not None:
             argv.append("--pty")
-        argv += list(site.oci.SrunArgs)
         argv += request.step_args
         argv += ["--", *agent_command()]
         env = _env(site, {**request.job_env, **request.agent_env})
@@ -233,10 +234,9 @@ class SlurmBackend(Backend):
             raise BackendError(f"cannot read the node count of job {allocation.job_id}: "
                                f"{_slurm_error(nodes.stderr, 'squeue failed')}")
         srun = site.oci.SrunPath or "srun"
-        argv = [srun, f"--jobid={allocation.job_id}", "--overlap", "--no-kill",
-                "--job-name=lua-command", f"--nodes={nodes.stdout.strip()}",
-                "--ntasks-per-node=1", "--quiet", *site.oci.SrunArgs,
-                "--", "/bin/sh", "-c", script]
+        argv = [srun, *site.oci.SrunArgs, f"--jobid={allocation.job_id}", "--overlap",
+                "--no-kill", "--job-name=lua-command", f"--nodes={nodes.stdout.strip()}",
+                "--ntasks-per-node=1", "--quiet", "--", "/bin/sh", "-c", script]
         import subprocess
 
         log.current.debug(f"slurm: {' '.join(argv)}")
