@@ -90,6 +90,17 @@ def test_srun_args_come_before_the_steps_own_options(users_slurm_runtime: Runtim
     assert (done.returncode, done.stdout) == (0, b"cpus=1\n"), done.stderr
 
 
+def test_labelled_output_is_srun_s(users_slurm_runtime: Runtime) -> None:
+    """SCRUN_LABELIO: every line of every task's output starts with its task number, as
+    srun --label gives it (a last line without a newline gets one)."""
+    done = podman(users_slurm_runtime, "run", "--rm", "-e", "SCRUN_LABELIO=1", "-e",
+                  "SCRUN_NTASKS=2", IMAGE, "sh", "-c", "echo out; echo err >&2; printf last")
+    assert done.returncode == 0, done.stderr
+    assert sorted(done.stdout.decode().splitlines(keepends=True)) == \
+        ["0: last\n", "0: out\n", "1: last\n", "1: out\n"]
+    assert sorted(done.stderr.decode().splitlines()) == ["0: err", "1: err"]
+
+
 def test_job_options_reach_the_job_record(users_slurm_runtime: Runtime) -> None:
     done = podman(users_slurm_runtime, "run", "--rm", "-e", "SCRUN_TIMELIMIT=1", "-e",
                   "SCRUN_PARTITION=other", "-e", "SCRUN_JOB_NAME=named-by-test", "-e",

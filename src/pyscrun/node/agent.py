@@ -19,7 +19,7 @@ from pyscrun.channel import frames, peer, streams, tcp
 from pyscrun.child import Child
 from pyscrun.conf.ociconf import OciConf
 from pyscrun.errors import ScrunError
-from pyscrun.node import processes, sealed_program
+from pyscrun.node import labels, processes, sealed_program
 from pyscrun.node.early import CREATING
 from pyscrun.node.guard import Guard
 from pyscrun.node.modes import ContainerModes
@@ -104,7 +104,8 @@ class Agent(ContainerModes):
         if streaming:
             sockets = streams.claim(dict(zip(kinds, outputs, strict=True)), self.ident.task_id,
                                     DIAL_TIMEOUT)
-            self.stdio = ContainerStdio(with_stdin=self.ident.task_id == "0", outputs=sockets)
+            self.stdio = ContainerStdio(with_stdin=self.ident.task_id == "0", outputs=sockets,
+                                        label=labels.label_of(self.env))
             self.stdio.attach(self.selector)
         self._rearm()
         self._handle(self.control.receive() if self.control.early else [])

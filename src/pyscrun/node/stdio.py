@@ -23,6 +23,7 @@ import time
 
 from pyscrun import poller
 from pyscrun.channel import frames, streams
+from pyscrun.node import labels
 from pyscrun.watch import drain, watch, widen_pipe
 
 # Bytes of stdin waiting for the container beyond which the agent stops taking more.
@@ -32,8 +33,11 @@ HIGH_WATER = 1 << 20
 class ContainerStdio:
     STDIN_KEY = ("stdin", 0)
 
-    def __init__(self, with_stdin: bool, outputs: dict[int, _socket.socket]) -> None:
-        """outputs: the connection of each output stream (frames.STDOUT, STDERR)."""
+    def __init__(self, with_stdin: bool, outputs: dict[int, _socket.socket],
+                 label: bytes | None = None) -> None:
+        """outputs: the connection of each output stream (frames.STDOUT, STDERR); label:
+        what each line of them starts with (node/labels.py), if anything."""
+        self.label = label
         self.stdin_r, self.stdin_w = (os.pipe() if with_stdin
                                       else (os.open(os.devnull, os.O_RDONLY), -1))
         self.outputs = [outputs[frames.STDOUT], outputs[frames.STDERR]]
@@ -50,8 +54,9 @@ class ContainerStdio:
     def child_ends(self, runtime_copies: bool) -> tuple[int, int, int]:
         """The runtime's stdin, stdout and stderr. runtime_copies: the runtime copies the
         container's output through pipes of its own, so it may write the connections
-        itself; otherwise pipes, each spliced into its connection."""
-        if runtime_copies:
+        itself; otherwise pipes, each spliced into its connection (or, to be labelled,
+        copied line by line)."""
+        if runtime_copies and self.label is None:
             for sock in self.outputs:
                 sock.setblocking(True)
             outs = [sock.detach() for sock in self.outputs]
@@ -59,7 +64,8 @@ class ContainerStdio:
             outs = []
             for sock in self.outputs:
                 read, write = os.pipe()
-                self.pumps.append(_pump(read, sock))
+                self.pumps.append(_pump(read, sock) if self.label is None
+                                  else labels.labelled_pump(read, sock, self.label))
                 outs.append(write)
         self.outputs = []
         self.handed_over = [self.stdin_r, *outs]
