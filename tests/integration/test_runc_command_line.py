@@ -4,6 +4,7 @@ tool may rely on: checked against runc 1.1's output, as root on the local backen
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from tests.integration.harness import Runtime, make_bundle, wait_for
@@ -36,6 +37,12 @@ def test_list_sizes_its_columns_as_runc_does(local_runtime: Runtime, tmp_path: P
             *(f"{s['id']!s:<67}{s['pid']!s:<12}{'created':<12}{bundle!s:<{len(str(bundle)) + 3}}"
               f"{s['created']!s:<{max(created + 3, 12)}}root" for s in states)]
         assert local_runtime.scrun("list", "-q").stdout == f"{LONG_ID}\nc1\n"
+        # Created as runc writes it (Go's RFC3339Nano): to the nanosecond, its trailing
+        # zeros dropped.
+        for state in states:
+            assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{0,8}[1-9])?Z",
+                                str(state["created"])), state["created"]
+        assert any("." in str(state["created"]) for state in states)
     finally:
         for container_id in (LONG_ID, "c1"):
             local_runtime.scrun("delete", "--force", container_id)

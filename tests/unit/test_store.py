@@ -97,3 +97,12 @@ def test_a_spool_dir_with_state_is_no_abandoned_one(tmp_path: Path) -> None:
     (spool / "state.json").write_text("{}")
     store.remove_abandoned("saved")
     assert (spool / "state.json").exists()
+
+
+def test_times_are_written_as_runc_writes_them() -> None:
+    """Go's RFC3339Nano, as runc's `created`: nanoseconds without their trailing zeros."""
+    from pyscrun.oci.state import timestamp
+
+    assert timestamp(1_764_961_200_336_486_039) == "2025-12-05T19:00:00.336486039Z"
+    assert timestamp(1_764_961_200_120_000_000) == "2025-12-05T19:00:00.12Z"
+    assert timestamp(1_764_961_200_000_000_000) == "2025-12-05T19:00:00Z"

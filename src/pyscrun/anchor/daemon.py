@@ -33,6 +33,7 @@ from pyscrun.oci.state import (
     RUNNING,
     ContainerState,
     process_start_time,
+    timestamp,
 )
 from pyscrun.watch import watch
 
@@ -92,7 +93,7 @@ class Anchor(Ending):
             id=request.container_id, bundle=bundle.path, pid=os.getpid(),
             pid_start=process_start_time(os.getpid()), stand_in=self.stand_in.pid,
             stand_in_start=process_start_time(self.stand_in.pid),
-            created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            created=timestamp(time.time_ns()),
             annotations=bundle.annotations, rootfs=bundle.rootfs,
             owner=identity.user_name(), backend=self.backend.name,
         )

@@ -14,6 +14,17 @@ if TYPE_CHECKING:
 CREATING, CREATED, RUNNING, PAUSED, STOPPED = "creating", "created", "running", "paused", "stopped"
 
 
+def timestamp(ns: int) -> str:
+    """A time in UTC as runc writes `created` (Go's RFC3339Nano): nanoseconds, their
+    trailing zeros dropped, the dot too if nothing is left."""
+    import time
+
+    seconds, fraction = divmod(ns, 1_000_000_000)
+    digits = f"{fraction:09d}".rstrip("0")
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + \
+        (f".{digits}" if digits else "") + "Z"
+
+
 class ContainerState:
     """What the anchor persists about its container (plain class: cheap to import)."""
 
