@@ -55,6 +55,22 @@ def test_quiet_list_of_no_containers_prints_nothing(local_runtime: Runtime) -> N
     assert (as_json.returncode, as_json.stdout) == (0, "null\n")
 
 
+def test_a_bad_signal_fails_as_runc_s_does(local_runtime: Runtime, tmp_path: Path) -> None:
+    """runc looks for the container first, then at the signal; either failure is exit
+    status 1 (it was 2, a usage error, and came before the unknown container)."""
+    bundle = make_bundle(tmp_path, ["sleep", "100"])
+    assert local_runtime.scrun("create", "-b", str(bundle), "s9").returncode == 0
+    try:
+        for signal, said in (("65", "invalid signal number 65"), ("FOO", 'unknown signal "FOO"')):
+            done = local_runtime.scrun("kill", "s9", signal)
+            assert (done.returncode, done.stderr) == (1, f"scrun: error: {said}\n"), signal
+            unknown = local_runtime.scrun("kill", "nosuch", signal)
+            assert unknown.returncode == 1 and "does not exist" in unknown.stderr, signal
+        assert _state(local_runtime, "s9")["status"] == "created"
+    finally:
+        local_runtime.scrun("delete", "--force", "s9")
+
+
 def test_signal_0_checks_that_the_container_lives(local_runtime: Runtime, tmp_path: Path) -> None:
     bundle = make_bundle(tmp_path, ["sleep", "100"])
     assert local_runtime.scrun("create", "-b", str(bundle), "k0").returncode == 0

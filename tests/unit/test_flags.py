@@ -7,7 +7,7 @@ import pytest
 from pyscrun.cli.flags import parse
 from pyscrun.cli.signals import parse_signal
 from pyscrun.cli.update import parse_size
-from pyscrun.errors import UsageError
+from pyscrun.errors import ScrunError, UsageError
 
 
 def test_conmon_style_create() -> None:
@@ -56,7 +56,7 @@ def test_signals(text: str | None, number: int) -> None:
 
 @pytest.mark.parametrize("text", ["999", "SIGNOPE", "-1", "SIG0"])
 def test_bad_signals(text: str) -> None:
-    with pytest.raises(UsageError):
+    with pytest.raises(ScrunError):
         parse_signal(text)
 
 
@@ -65,7 +65,7 @@ def test_every_signal_name_of_the_signal_module_and_only_those() -> None:
         assert parse_signal(member.name) == member.value
         assert parse_signal(member.name.removeprefix("SIG").lower()) == member.value
     for not_a_signal in ("SIG_DFL", "_DFL", "SIG_IGN", "SIG_BLOCK", "NSIG", "ITIMER_REAL"):
-        with pytest.raises(UsageError):
+        with pytest.raises(ScrunError):
             parse_signal(not_a_signal)
 
 

@@ -216,9 +216,10 @@ def tasks_to_restore(job_options: dict[str, str], tasks: int) -> None:
 def kill(ctx: Context) -> int:
     from pyscrun.cli.signals import parse_signal
 
-    signum = parse_signal(ctx.args.get("signal"))
     store = ctx.store
+    # As runc: the container first, then the signal, each failure exit status 1.
     state = store.load(ctx.container_id)
+    signum = parse_signal(ctx.args.get("signal"))
     if signum == 0:
         # runc's liveness check: nothing is sent, and a container that has just ended
         # is not alive (the race with its end that other signals win does not apply).

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import _signal  # type: ignore[import-not-found]  # no stub: the C module behind `signal`
 
-from pyscrun.errors import UsageError
+from pyscrun.errors import ScrunError
 
 
 def parse_signal(text: str | None) -> int:
@@ -19,12 +19,12 @@ def parse_signal(text: str | None) -> int:
         number = int(text)
         if number < int(_signal.NSIG):
             return number
-        raise UsageError(f"invalid signal number {text}")
+        raise ScrunError(f"invalid signal number {text}")
     name = text.upper()
     if not name.startswith("SIG"):
         name = "SIG" + name
     # SIG_DFL, SIG_IGN, SIG_BLOCK... are not signals.
     found: object = getattr(_signal, name, None) if not name.startswith("SIG_") else None
     if not isinstance(found, int):
-        raise UsageError(f"unknown signal {text!r}")
+        raise ScrunError(f'unknown signal "{text}"')  # runc's words
     return found
