@@ -268,6 +268,25 @@ def test_a_tree_arrives_whole_and_no_file_lands_outside_its_place(tmp_path: Path
         receiver.data(b"x")
 
 
+def test_a_link_on_a_files_way_is_never_followed(tmp_path: Path) -> None:
+    """A directory on a file's way that is a link (planted, or swapped in on a share the
+    nodes write too) fails the file: nothing is written where the link leads, inside
+    its place (task 1's images over task 0's) or outside it."""
+    target, outside = tmp_path / "target", tmp_path / "outside"
+    target.mkdir()
+    outside.mkdir()
+    (target / "task-1").symlink_to(".")
+    (target / "away").symlink_to(outside)
+    for path in ("task-1/core.img", "away/core.img", "away/deeper/core.img"):
+        receiver = files.TreeReceiver({"image": str(target)})
+        receiver.begin({"op": "file", "area": "image", "path": path})
+        receiver.data(b"dumped")
+        receiver.data(b"")
+        assert receiver.failed is not None and "cannot write in" in receiver.failed, path
+    assert sorted(p.name for p in target.iterdir()) == ["away", "task-1"]
+    assert list(outside.iterdir()) == []
+
+
 def _rootfs_sent_as_tar(tmp_path: Path, cut: int | None = None) -> Path:
     """A rootfs sent with send_tar into a receiver that unpacks it as it arrives
     (after cut bytes of it the sender is gone, if given); where it was unpacked."""

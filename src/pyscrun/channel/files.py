@@ -88,11 +88,10 @@ class TreeReceiver:
         if (area, path) in self.archives:
             self._write(lambda: self._unpack(self.archives[area, path]))
             return
-        root = os.path.realpath(self.areas[area])
-        target = os.path.realpath(os.path.join(root, path))
-        if os.path.isabs(path) or os.path.commonpath((root, target)) != root or target == root:
+        parts = [part for part in path.split("/") if part not in ("", ".")]
+        if os.path.isabs(path) or not parts or ".." in parts:
             raise ValueError(f"a file outside its place: {path!r}")
-        self._write(lambda: self._open(target))
+        self._write(lambda: self._open(self.areas[area], parts))
 
     def data(self, payload: bytes) -> None:
         if self.failed is not None:
@@ -130,10 +129,27 @@ class TreeReceiver:
             except OSError:
                 pass  # what it held is lost either way
 
-    def _open(self, target: str) -> None:
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        self.fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
-                          | os.O_CLOEXEC, 0o600)
+    def _open(self, root: str, parts: list[str]) -> None:
+        """The file at parts below root, each directory on the way made or entered
+        without following a link: one there, or swapped in meanwhile (the image path
+        may be a share the nodes write too), fails the file (ELOOP, ENOTDIR), it never
+        leads the write elsewhere."""
+        os.makedirs(root, exist_ok=True)
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for part in parts[:-1]:
+                try:
+                    os.mkdir(part, dir_fd=fd)
+                except FileExistsError:
+                    pass
+                below = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+                                | os.O_CLOEXEC, dir_fd=fd)
+                os.close(fd)
+                fd = below
+            self.fd = os.open(parts[-1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+                              | os.O_CLOEXEC, 0o600, dir_fd=fd)
+        finally:
+            os.close(fd)
 
     def _unpack(self, root: str) -> None:
         self.unpacking = Unpacking(root)
