@@ -1,5 +1,6 @@
 """Child processes started with posix_spawn, on the way to a container's start: the
-node agent's runtime commands, and the anchor's salloc and srun. The subprocess module
+node agent's runtime commands, the anchor's salloc and srun, and scrun.lua's commands
+(which the anchor's signals interrupt, and which die with it). The subprocess module
 would have the agent load locale, re, threading and more (5 ms) before its container
 can start; a fork of the anchor, a large process, costs both it and the child a page
 fault for every page either then writes (3 to 4 ms before salloc or srun runs).
@@ -18,11 +19,26 @@ import os
 import select
 import time
 
+from pyscrun import selfpipe
+from pyscrun.errors import Interrupted
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
 _DEFAULT_IN_CHILD = (_signal.SIGPIPE, _signal.SIGXFSZ)
+# How long an interrupted command may take to end on SIGTERM (an srun ends its step
+# then, which SIGKILL would leave running) before its process group is killed.
+INTERRUPT_GRACE = 2.0
+# A bound command runs as `sh -c _BOUND sh argv...`, its stdin a pipe whose write end
+# this process alone holds. The shell forks a guard into the command's process group,
+# then becomes the command (its pid, its exit status). A line on the pipe (run writes
+# one once the command ended) lets the guard go; end of file without one (this process
+# died, SIGKILL included) has it kill the group. prctl's PR_SET_PDEATHSIG would need
+# code between fork and exec, which posix_spawn lacks, and would end the command alone,
+# not what it started.
+_BOUND = ('exec 3<&0 </dev/null; { read -r _ <&3 || kill -s KILL 0; } >/dev/null 2>&1 & '
+          'exec 3<&- "$@"')
 
 
 class Child:
@@ -44,6 +60,16 @@ class Child:
             self._reap(0)
         assert self.returncode is not None
         return self.returncode
+
+    def ended_within(self, timeout: float) -> bool:
+        """Whether it ends within timeout seconds (it is not reaped)."""
+        if self.returncode is not None:
+            return True
+        pidfd = os.pidfd_open(self.pid)
+        try:
+            return bool(select.select([pidfd], [], [], timeout)[0])
+        finally:
+            os.close(pidfd)
 
     def _reap(self, options: int) -> None:
         try:
@@ -92,47 +118,100 @@ def _inheritable() -> list[int]:
     return found
 
 
-def run(argv: list[str], env: Mapping[str, str], timeout: float,
-        pass_fds: Iterable[int] = ()) -> tuple[int, bytes, bytes]:
-    """Run argv to its end, its stdin empty: its exit code, stdout and stderr.
-    TimeoutError once timeout seconds have passed (it is killed then, with every
-    process it started: a shell's runc and CRIU would go on dumping)."""
+def run(argv: list[str], env: Mapping[str, str], timeout: float | None,
+        pass_fds: Iterable[int] = (), merge_output: bool = False, interrupt_fd: int = -1,
+        bound: bool = False) -> tuple[int, bytes, bytes]:
+    """Run argv to its end, its stdin empty: its exit code, stdout and stderr (with
+    merge_output, both in stdout, as written). TimeoutError once timeout seconds (None:
+    no limit) have passed: it is killed then, with every process it started (a shell's
+    runc and CRIU would go on dumping).
+
+    interrupt_fd: a self-pipe (selfpipe.catch) of this process's; a signal arriving
+    there ends the command, and every process it started, with SIGTERM (SIGKILL after
+    INTERRUPT_GRACE), and raises Interrupted. bound: the command and every process it
+    started are killed, too, if this process dies first (SIGKILL included)."""
     stdin = os.open(os.devnull, os.O_RDONLY)
     out_read, out_write = os.pipe()
-    err_read, err_write = os.pipe()
+    err_read, err_write = (-1, out_write) if merge_output else os.pipe()
+    guard = -1
+    if bound:
+        os.close(stdin)
+        stdin, guard = os.pipe()
+        argv = ["/bin/sh", "-c", _BOUND, "sh", *argv]
     try:
         child = spawn(argv, env, (stdin, out_write, err_write), pass_fds, own_group=True)
-    finally:
-        for fd in (stdin, out_write, err_write):
-            os.close(fd)
-    try:
-        out, err = _read_both(out_read, err_read, time.monotonic() + timeout)
-    except TimeoutError:
-        os.killpg(child.pid, _signal.SIGKILL)
-        child.wait()
+    except BaseException:
+        for fd in (out_read, err_read, guard):
+            _close(fd)
         raise
     finally:
-        os.close(out_read)
-        os.close(err_read)
-    return child.wait(), out, err
+        for fd in {stdin, out_write, err_write}:
+            os.close(fd)
+    try:
+        try:
+            said = _read_all([out_read, err_read], None if timeout is None else
+                             time.monotonic() + timeout, interrupt_fd)
+        except TimeoutError:
+            _end_group(child, 0.0)
+            raise
+        except Interrupted:
+            _end_group(child, INTERRUPT_GRACE)
+            raise
+        finally:
+            for fd in (out_read, err_read):
+                _close(fd)
+        code = child.wait()
+        if guard >= 0:
+            # A whole line: the guard lets what the command left running be, as an
+            # unbound command's.
+            os.write(guard, b"\n")
+    finally:
+        _close(guard)
+    return code, said.get(out_read, b""), said.get(err_read, b"")
 
 
-def _read_both(out_fd: int, err_fd: int, deadline: float) -> tuple[bytes, bytes]:
-    """Everything written to both pipes until both are closed."""
-    said = {out_fd: bytearray(), err_fd: bytearray()}
+def _close(fd: int) -> None:
+    if fd >= 0:
+        os.close(fd)
+
+
+def _end_group(child: Child, grace: float) -> None:
+    """child and every process of its group ended: SIGTERM first if grace, SIGKILL once
+    child has ended or grace seconds have passed."""
+    if grace:
+        _kill_group(child.pid, _signal.SIGTERM)
+        child.ended_within(grace)
+    _kill_group(child.pid, _signal.SIGKILL)
+    child.wait()
+
+
+def _kill_group(pgid: int, signum: int) -> None:
+    try:
+        os.killpg(pgid, signum)
+    except ProcessLookupError:
+        pass  # ended, and reaped, already
+
+
+def _read_all(fds: list[int], deadline: float | None, interrupt_fd: int) -> dict[int, bytes]:
+    """Everything written to the pipes fds (-1: none) until all are closed."""
+    said = {fd: bytearray() for fd in fds if fd >= 0}
     poller = select.poll()
-    for fd in said:
-        poller.register(fd, select.POLLIN)
+    for fd in [*said, interrupt_fd]:
+        if fd >= 0:
+            poller.register(fd, select.POLLIN)
     open_fds = len(said)
     while open_fds:
-        left = deadline - time.monotonic()
-        if left <= 0:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
             raise TimeoutError
-        for fd, _ in poller.poll(left * 1000):
+        for fd, _ in poller.poll(None if left is None else left * 1000):
+            if fd == interrupt_fd:
+                selfpipe.check(fd)
+                continue
             chunk = os.read(fd, 65536)
             if chunk:
                 said[fd] += chunk
             else:
                 poller.unregister(fd)
                 open_fds -= 1
-    return bytes(said[out_fd]), bytes(said[err_fd])
+    return {fd: bytes(data) for fd, data in said.items()}

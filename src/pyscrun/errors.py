@@ -53,3 +53,17 @@ class CheckpointError(ScrunError):
 
 class ChannelError(ScrunError):
     """The channel between an anchor and its node agents failed or was refused."""
+
+
+class Interrupted(ScrunError):
+    """A signal to this process ended what it waited for (a command, a script)."""
+
+    def __init__(self, signum: int) -> None:
+        import signal  # its names, on this path alone
+
+        try:
+            name = signal.Signals(signum).name
+        except ValueError:
+            name = f"signal {signum}"
+        super().__init__(f"interrupted by {name}")
+        self.signum = signum

@@ -10,6 +10,8 @@ from __future__ import annotations
 import _signal  # type: ignore[import-not-found]
 import os
 
+from pyscrun.errors import Interrupted
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -53,3 +55,10 @@ def received(reader: int) -> bytes:
         return os.read(reader, 256)
     except BlockingIOError:
         return b""
+
+
+def check(reader: int) -> None:
+    """Interrupted if a signal arrived on reader since the last call (it is taken)."""
+    signals = received(reader)
+    if signals:
+        raise Interrupted(signals[0])

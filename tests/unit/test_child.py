@@ -1,11 +1,14 @@
 """Child processes started with posix_spawn (child.py): what a runtime command started
-by the agent gets, as subprocess would have given it, and how a command that overstays is
-ended."""
+by the agent gets, as subprocess would have given it, how a command that overstays or
+is interrupted is ended, and how a bound one dies with its parent."""
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -14,7 +17,7 @@ import pytest
 from pyscrun import child
 from pyscrun.backends.salloc import HeldAllocation
 from pyscrun.conf import ociconf, patterns
-from pyscrun.errors import BackendError
+from pyscrun.errors import BackendError, Interrupted
 from pyscrun.node.runtime import RuntimeCommands
 
 ENV = {"PATH": "/usr/bin:/bin"}
@@ -86,6 +89,84 @@ def _command_line(pid: str) -> bytes:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return b""
+
+
+def _sleeping(marker: str) -> list[int]:
+    """The pids of `sleep marker` processes (zombies aside)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit() and _command_line(pid) == b"sleep\0" + marker.encode() + b"\0":
+            found.append(int(pid))
+    return found
+
+
+def _gone_within(marker: str, timeout: float) -> bool:
+    """Whether the `sleep marker` processes end within timeout seconds (else they are
+    killed, for the tests after)."""
+    deadline = time.monotonic() + timeout
+    while left := _sleeping(marker):
+        if time.monotonic() > deadline:
+            for pid in left:
+                os.kill(pid, signal.SIGKILL)
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_an_interrupted_command_ends_with_what_it_started() -> None:
+    """A signal on the anchor's self-pipe ends scrun.lua's command, the shell and its
+    sleep alike, at once (both end on SIGTERM)."""
+    marker = f"{32 + os.getpid() / 1e7:.7f}"
+    reader, writer = os.pipe()
+    os.set_blocking(reader, False)
+    signalled = threading.Timer(0.3, os.write, (writer, bytes([signal.SIGTERM])))
+    signalled.start()
+    began = time.monotonic()
+    try:
+        with pytest.raises(Interrupted, match=r"^interrupted by SIGTERM$"):
+            child.run(["/bin/sh", "-c", f"sleep {marker}; echo never"], ENV, None,
+                      interrupt_fd=reader, bound=True)
+    finally:
+        signalled.join()
+        os.close(reader)
+        os.close(writer)
+    assert time.monotonic() - began < child.INTERRUPT_GRACE
+    assert _gone_within(marker, 1)
+
+
+def test_a_bound_command_is_what_it_runs() -> None:
+    """Its status, output and descriptors are the command's own."""
+    assert child.run(["/bin/sh", "-c", "echo out; echo err >&2; echo more; exit 3"], ENV, 10,
+                     merge_output=True, bound=True) == (3, b"out\nerr\nmore\n", b"")
+    assert child.run(["/bin/sh", "-c", "kill -TERM $$"], ENV, 10, bound=True)[0] == -15
+    code, out, _ = child.run(["/bin/sh", "-c", "ls /proc/self/fd"], ENV, 10, bound=True)
+    assert (code, out.split()) == (0, [b"0", b"1", b"2", b"3"])  # 3: ls's own listing
+
+
+def test_a_bound_command_leaves_what_it_started_in_the_background_running() -> None:
+    marker = f"{33 + os.getpid() / 1e7:.7f}"
+    child.run(["/bin/sh", "-c", f"sleep {marker} >/dev/null 2>&1 &"], ENV, 10, bound=True)
+    time.sleep(0.3)
+    assert not _gone_within(marker, 0)
+
+
+def test_a_bound_command_dies_with_its_parent() -> None:
+    """Killed outright (SIGKILL), the anchor runs no clean-up: the command, and the
+    processes it started, end by themselves."""
+    marker = f"{34 + os.getpid() / 1e7:.7f}"
+    parent = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from pyscrun import child; "
+         "child.run(['/bin/sh', '-c', sys.argv[1]], {}, None, bound=True)",
+         f"sleep {marker}; echo never"])
+    try:
+        deadline = time.monotonic() + 10
+        while not _sleeping(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _sleeping(marker)
+    finally:
+        parent.kill()
+        parent.wait()
+    assert _gone_within(marker, 5)
 
 
 def test_output_and_errors_are_told_apart() -> None:
