@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import os
 
+from pyscrun import child
 
-def run_shell(script: str, env: dict[str, str] | None = None) -> tuple[int, str]:
+
+def run_shell(script: str, env: dict[str, str] | None = None,
+              interrupt_fd: int = -1) -> tuple[int, str]:
     """`/bin/sh -c script` here, with env over this process's environment: its status
-    and its stdout and stderr together."""
-    import subprocess  # only when a script asks for a command
-
-    done = subprocess.run(["/bin/sh", "-c", script], stdin=subprocess.DEVNULL,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False,
-                          env={**os.environ, **(env or {})})
-    return done.returncode, done.stdout.decode(errors="replace")
+    (negative: killed by that signal) and its stdout and stderr together. It dies with
+    this process; Interrupted if a signal arrives on interrupt_fd first (child.run)."""
+    status, output, _ = child.run(["/bin/sh", "-c", script], {**os.environ, **(env or {})},
+                                  None, merge_output=True, interrupt_fd=interrupt_fd,
+                                  bound=True)
+    return status, output.decode(errors="replace")

@@ -115,9 +115,11 @@ class Backend:
         raise NotImplementedError
 
     def remote_command(self, site: Site, allocation: Allocation, script: str,
-                       env: dict[str, str]) -> tuple[int, str]:
+                       env: dict[str, str], interrupt_fd: int = -1) -> tuple[int, str]:
         """Run `/bin/sh -c script` once on every node of the job, with env (the job's
-        variables) over the anchor's environment: (status, output)."""
+        variables) over the anchor's environment: (status, output). What runs here for
+        it dies with the anchor; Interrupted if a signal arrives on interrupt_fd first
+        (child.run)."""
         raise NotImplementedError
 
     def cleanup_orphan(self, site: Site, state: ContainerState) -> None:

@@ -73,8 +73,8 @@ class LocalBackend(Backend):
         """Nothing is held beyond the agent, which is gone by now."""
 
     def remote_command(self, site: Site, allocation: Allocation, script: str,
-                       env: dict[str, str]) -> tuple[int, str]:
-        return run_shell(script, env)
+                       env: dict[str, str], interrupt_fd: int = -1) -> tuple[int, str]:
+        return run_shell(script, env, interrupt_fd)
 
     def cleanup_orphan(self, site: Site, state: ContainerState) -> None:
         """A local agent notices its anchor is gone and ends the container itself."""

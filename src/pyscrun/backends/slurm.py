@@ -10,7 +10,7 @@ import os
 import sys
 import time
 
-from pyscrun import identity, log
+from pyscrun import child, identity, log
 from pyscrun.backends.base import (
     Allocation,
     Backend,
@@ -227,7 +227,7 @@ class SlurmBackend(Backend):
             self._cancel(site, allocation.job_id)
 
     def remote_command(self, site: Site, allocation: Allocation, script: str,
-                       env: dict[str, str]) -> tuple[int, str]:
+                       env: dict[str, str], interrupt_fd: int = -1) -> tuple[int, str]:
         # Without a node count srun would start one task on the job's first node only.
         nodes = run_command(site, ["squeue", "-h", "-j", allocation.job_id, "-o", "%D"])
         if nodes.returncode != 0 or not nodes.stdout.strip().isdigit():
@@ -237,14 +237,13 @@ class SlurmBackend(Backend):
         argv = [srun, *site.oci.SrunArgs, f"--jobid={allocation.job_id}", "--overlap",
                 "--no-kill", "--job-name=lua-command", f"--nodes={nodes.stdout.strip()}",
                 "--ntasks-per-node=1", "--quiet", "--", "/bin/sh", "-c", script]
-        import subprocess
-
         log.current.debug(f"slurm: {' '.join(argv)}")
-        # srun takes the job's variables to every task.
-        done = subprocess.run(identity.as_real_user(argv), env=_env(site, env),
-                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, check=False)
-        return done.returncode, done.stdout.decode(errors="replace")
+        # srun takes the job's variables to every task. A missing srun is status 127
+        # and the shell's word for it, as in Slurm's scrun (which runs it through sh).
+        status, output, _ = child.run(identity.as_real_user(argv), _env(site, env), None,
+                                      merge_output=True, interrupt_fd=interrupt_fd,
+                                      bound=True)
+        return status, output.decode(errors="replace")
 
     def cleanup_orphan(self, site: Site, state: ContainerState) -> None:
         if state.job_owned and state.job_id:
