@@ -52,13 +52,16 @@ class Staging:
 
     def stage_in(self, allocation: Allocation) -> None:
         site, state = self.request.site, self.state
+        # The anchor's signals interrupt scrun.lua, stage_in and stage_out alike: its
+        # poll loop, which hears them otherwise, waits meanwhile.
+        interrupt_fd = -1 if self.request.signals is None else self.request.signals
         self.hooks = load_hooks(
             site.scrun_lua,
             lambda script: self.backend.remote_command(site, allocation, script,
-                                                       self.job_env(allocation)),
+                                                       self.job_env(allocation), interrupt_fd),
             state.bundle, state.rootfs,
-            lambda script: _run_here(script, self.job_env(allocation)),
-            site.cluster_name(),
+            lambda script: _run_here(script, self.job_env(allocation), interrupt_fd),
+            site.cluster_name(), interrupt_fd,
         )
         if self.hooks is None:
             return
@@ -87,8 +90,9 @@ class Staging:
 
 def load_hooks(path: str, remote_command: Callable[[str], tuple[int, str]], bundle: str,
                root_path: str, allocator_command: Callable[[str], tuple[int, str]] | None = None,
-               cluster_name: str | None = None) -> ScrunLua | None:
-    """The site's scrun.lua, loaded; None (said at info level) if there is none."""
+               cluster_name: str | None = None, interrupt_fd: int = -1) -> ScrunLua | None:
+    """The site's scrun.lua, loaded (lua.load); None (said at info level) if there is
+    none."""
     if not os.path.lexists(path):
         log.current.info(f"no {path}: containers are not staged")
         return None
@@ -98,7 +102,7 @@ def load_hooks(path: str, remote_command: Callable[[str], tuple[int, str]], bund
     from pyscrun.hooks import lua
 
     return lua.load(Path(path), remote_command, bundle, root_path, allocator_command,
-                    cluster_name)
+                    cluster_name, interrupt_fd)
 
 
 def _job_number(job_id: str) -> int:
@@ -108,8 +112,8 @@ def _job_number(job_id: str) -> int:
     return int(number) if number.isdigit() else 0
 
 
-def _run_here(script: str, env: dict[str, str]) -> tuple[int, str]:
+def _run_here(script: str, env: dict[str, str], interrupt_fd: int) -> tuple[int, str]:
     """scrun.lua's allocator_command: loaded only when a script runs one."""
     from pyscrun.shell import run_shell
 
-    return run_shell(script, env)
+    return run_shell(script, env, interrupt_fd)

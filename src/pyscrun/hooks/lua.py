@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pyscrun import log
-from pyscrun.errors import ScrunError
+from pyscrun import log, selfpipe
+from pyscrun.errors import Interrupted, ScrunError
 from pyscrun.hooks import constants, prelude
 from pyscrun.hooks.luajson import LuaJson
 from pyscrun.hooks.timestr import time_str2mins
@@ -37,6 +37,9 @@ SUCCESS = constants.SLURM["SUCCESS"]
 _LOG_LEVELS = (log.INFO, log.VERBOSE, log.DEBUG, log.DEBUG2, log.DEBUG3)
 # Longest error message passed on: a script may raise whole command outputs.
 _MAX_MESSAGE = 1000
+# How many Lua instructions run between two looks for a signal (a few milliseconds'
+# worth): a script that loops without a command is interrupted too.
+_CHECK_EVERY = 1_000_000
 # liblua's default package.path as Debian builds it, for Lua {v}: Slurm runs scrun.lua
 # in the distribution's liblua, which finds the modules apt installs (/usr/share/lua);
 # lupa's own Lua looks under /usr/local alone. package.cpath stays lupa's: a
@@ -50,7 +53,8 @@ _DEFAULT_PATH = (
 
 
 class HookError(ScrunError):
-    """scrun.lua failed to load, lacks a function, raised an error or returned failure."""
+    """scrun.lua failed to load, lacks a function, raised an error or returned failure,
+    or was interrupted."""
 
 
 @dataclass
@@ -73,10 +77,14 @@ class ScrunLua:
 
     def __init__(self, path: Path, remote_command: CommandRunner, bundle: str,
                  root_path: str, allocator_command: CommandRunner,
-                 cluster_name: str | None) -> None:
+                 cluster_name: str | None, interrupt_fd: int = -1) -> None:
         self.path = path
         self.remote_command = remote_command
         self.allocator_command = allocator_command
+        self.interrupt_fd = interrupt_fd
+        # What a signal interrupted in the current call: it fails, whatever the script
+        # does with the error.
+        self.interrupted: Interrupted | None = None
         self.orig_bundle, self.orig_root_path = bundle, root_path
         self.bundle, self.root_path = bundle, root_path
         lupa = importlib.import_module("lupa.lua54")
@@ -93,6 +101,7 @@ class ScrunLua:
             b"set_root": self._set_root,
             b"remote_command": self._remote_command,
             b"allocator_command": self._allocator_command,
+            b"check_interrupt": self._check_interrupt,
             b"time_str2mins": self._time_str2mins,
             b"encode": self.json.encode,
             b"decode": self.json.decode,
@@ -101,7 +110,8 @@ class ScrunLua:
                                            for key, value in constants.SLURM.items()})
         self._call = self.runtime.execute(prelude.SOURCE, _bytes(path.name), callbacks,
                                           self.json.null, numbers,
-                                          None if cluster_name is None else _bytes(cluster_name))
+                                          None if cluster_name is None else _bytes(cluster_name),
+                                          _CHECK_EVERY if interrupt_fd >= 0 else 0)
 
     # -- the script ----------------------------------------------------------------------
     def _load(self) -> None:
@@ -120,9 +130,7 @@ class ScrunLua:
         chunk, message = loader(source, b"@" + _bytes(self.path.name))
         if chunk is None:
             raise HookError(self._where(message))
-        line, ok, value, number = self._run(chunk)
-        if not ok:
-            raise HookError(self._where(value))
+        line, number = self._run("", chunk)
         # Slurm takes the chunk's result as a number, nothing (or not a number) as 0.
         rc = _as_int(number)
         if rc != SUCCESS:
@@ -134,12 +142,21 @@ class ScrunLua:
             raise HookError(f"{self.path}: required function {' and '.join(missing)} "
                             f"{'is' if len(missing) == 1 else 'are'} not defined")
 
-    def _run(self, function: Any, *args: Any) -> tuple[int, bool, Any, Any]:
+    def _run(self, prefix: str, function: Any, *args: Any) -> tuple[int, Any]:
+        """function(*args): the line of its return and its result as a number (None if
+        it is not one); HookError, its message prefixed, if it failed or was
+        interrupted."""
+        self.interrupted = None
         try:
             line, ok, value, number = self._call(function, *args)
         except self._lua_error as err:  # lupa itself failing: xpcall catches the rest
-            raise HookError(self._where(str(err))) from None
-        return line, ok, value, number
+            raise HookError(prefix + self._where(str(err))) from None
+        if not ok:
+            raise HookError(prefix + self._where(value))
+        if self.interrupted is not None:
+            # The script caught the interruption's error and went on: it fails all the same.
+            raise HookError(f"{prefix}{self.path}: {self.interrupted}")
+        return line, number
 
     def _stage(self, name: str, *args: Any) -> None:
         function = self.runtime.globals()[_bytes(name)]
@@ -147,9 +164,7 @@ class ScrunLua:
             # As Slurm: checked at load; a script that removed it since is let be.
             log.current.debug(f"{self.path}: {name}() missing")
             return
-        line, ok, value, number = self._run(function, *args)
-        if not ok:
-            raise HookError(f"{name}: {self._where(value)}")
+        line, number = self._run(f"{name}: ", function, *args)
         if number is None:
             # Slurm too takes a result that is not a number as success, saying so.
             log.current.info(f"{self.path}: {name}: non-numeric return code")
@@ -210,14 +225,30 @@ class ScrunLua:
         return _bytes(self.orig_root_path)
 
     def _remote_command(self, script: bytes) -> tuple[int, bytes]:
-        log.current.debug(f"scrun.lua: remote command: {os.fsdecode(script)}")
-        status, output = self.remote_command(os.fsdecode(script))
-        return _exit_status(status), _bytes(output)
+        return self._command("remote", self.remote_command, script)
 
     def _allocator_command(self, script: bytes) -> tuple[int, bytes]:
-        log.current.debug(f"scrun.lua: allocator command: {os.fsdecode(script)}")
-        status, output = self.allocator_command(os.fsdecode(script))
+        return self._command("allocator", self.allocator_command, script)
+
+    def _command(self, kind: str, runner: CommandRunner, script: bytes) -> tuple[int, bytes]:
+        self._check_interrupt()
+        log.current.debug(f"scrun.lua: {kind} command: {os.fsdecode(script)}")
+        try:
+            status, output = runner(os.fsdecode(script))
+        except Interrupted as err:
+            self.interrupted = err
+            raise
         return _exit_status(status), _bytes(output)
+
+    def _check_interrupt(self) -> None:
+        """Interrupted once a signal came (the count hook's look, and each command's)."""
+        if self.interrupted is None and self.interrupt_fd >= 0:
+            try:
+                selfpipe.check(self.interrupt_fd)
+            except Interrupted as err:
+                self.interrupted = err
+        if self.interrupted is not None:
+            raise self.interrupted
 
     def _time_str2mins(self, text: bytes | None) -> int:
         return time_str2mins(None if text is None else text.decode(errors="replace"))
@@ -244,14 +275,19 @@ def _as_int(number: Any) -> int:
 
 def load(path: Path, remote_command: CommandRunner, bundle: str, root_path: str,
          allocator_command: CommandRunner | None = None,
-         cluster_name: str | None = None) -> ScrunLua:
+         cluster_name: str | None = None, interrupt_fd: int = -1) -> ScrunLua:
     """The script at path, loaded and checked. Its commands: remote_command on the job's
     nodes, allocator_command here (by default a shell with this process's environment);
-    slurm.CLUSTER_NAME is cluster_name (nil for None, as Slurm's without one)."""
+    slurm.CLUSTER_NAME is cluster_name (nil for None, as Slurm's without one).
+
+    interrupt_fd: a self-pipe of the anchor's (selfpipe.catch). A signal arriving there
+    fails the script's call, as HookError: the commands raise Interrupted (the runners
+    end theirs on it), and the script itself does where it runs on without one."""
     if allocator_command is None:
         from pyscrun.shell import run_shell
 
         allocator_command = run_shell
-    hooks = ScrunLua(path, remote_command, bundle, root_path, allocator_command, cluster_name)
+    hooks = ScrunLua(path, remote_command, bundle, root_path, allocator_command, cluster_name,
+                     interrupt_fd)
     hooks._load()
     return hooks

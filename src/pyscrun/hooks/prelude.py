@@ -1,7 +1,8 @@
 """The Lua side of scrun.lua's host: the `slurm` table, `require 'json'` and the caller.
 
 Run once per Lua state with (script name, Python callbacks, json.null, the constants
-of constants.py, CLUSTER_NAME or nil). It mirrors Slurm's src/lua/slurm_lua.c and
+of constants.py, CLUSTER_NAME or nil, how many instructions between two looks for a
+signal or 0 for none). It mirrors Slurm's src/lua/slurm_lua.c and
 src/scrun/lua.c where scripts can tell:
 
 - Slurm's C functions read their argument from the top of the Lua stack, the last
@@ -16,11 +17,14 @@ src/scrun/lua.c where scripts can tell:
 Returns `call(fn, ...)` -> line, ok, value, number: it runs fn under xpcall with a
 handler that gives every error the script's line (a Python exception or error(x, 0)
 has none), and a return hook records the line of fn's `return`, so that a failure
-result can be reported where it was returned.
+result can be reported where it was returned. The same hook, every so many
+instructions, has Python look for a signal and raise it as an error (as the lua
+interpreter's own hook does on Ctrl-C): a script that loops without a command is
+interrupted too.
 """
 
 SOURCE = r"""
-local name, py, null, constants, cluster_name = ...
+local name, py, null, constants, cluster_name, check_every = ...
 local source = "@" .. name
 local prefix = name .. ":"
 
@@ -140,10 +144,11 @@ end
 
 return function(fn, ...)
   local line = -1
-  debug.sethook(function()
+  debug.sethook(function(event)
+    if event == "count" then return py.check_interrupt() end
     local info = debug.getinfo(2, "fl")
     if info and info.func == fn then line = info.currentline end
-  end, "r")
+  end, "r", check_every)
   local result = table.pack(xpcall(fn, handler, ...))
   debug.sethook()
   local ok, value = result[1], result[2]
