@@ -6,12 +6,15 @@ ordinary user's podman does is in the tests that run as one."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.integration.harness import Runtime, make_bundle
+from tests.integration.harness import Runtime, make_bundle, processes_mentioning, wait_for
 
 
 def _assert_clean_failure(done: subprocess.CompletedProcess[str], expect: str) -> None:
@@ -172,3 +175,113 @@ return slurm.SUCCESS
     assert "no-such-dir" in done.stderr, done.stderr
     assert marker.read_text() == "so1"
     assert run_mode_runtime.scrun("state", "so1").returncode != 0
+
+
+# A stage_in waiting on a command that never returns (a stuck rsync, say).
+HUNG_STAGE_IN = """\
+function slurm_scrun_stage_in(id, bundle, spool_dir, config_file, job_id, user_id, group_id, job_env)
+  slurm.{command}("sleep {seconds}")
+  return slurm.SUCCESS
+end
+function slurm_scrun_stage_out(id)
+  local file = io.open("{marker}", "w")
+  file:write(id)
+  file:close()
+  return slurm.SUCCESS
+end
+"""
+# How soon create must give up once told to.
+GIVES_UP_WITHIN = 10.0
+
+
+def _create_hung_in_stage_in(runtime: Runtime, tmp_path: Path, container_id: str, command: str,
+                             seconds: str) -> subprocess.Popen[bytes]:
+    """create in the background, once its stage_in waits on `sleep seconds`. Its stderr
+    goes to a file (create.err), not a pipe: the anchor holds the caller's stdio."""
+    runtime.write_conf("scrun.lua", HUNG_STAGE_IN.format(
+        command=command, seconds=seconds, marker=tmp_path / "staged-out"))
+    bundle = make_bundle(tmp_path, ["true"])
+    with open(tmp_path / "create.err", "wb") as err:
+        # The wrapper and `env` exec scrun: the pid is create's own.
+        create = subprocess.Popen(
+            runtime.account.command([str(runtime.wrapper), "create", "-b", str(bundle),
+                                     container_id]),
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
+    wait_for(lambda: processes_mentioning(f"sleep {seconds}") or create.poll() is not None, 30,
+             "stage_in's command")
+    assert create.poll() is None, (tmp_path / "create.err").read_text()
+    return create
+
+
+def _end_of(create: subprocess.Popen[bytes], tmp_path: Path) -> tuple[int, list[str]]:
+    """create's exit status and the lines of its stderr, once it exits (soon)."""
+    try:
+        code = create.wait(GIVES_UP_WITHIN)
+    except subprocess.TimeoutExpired:
+        create.kill()
+        create.wait()
+        pytest.fail(f"create did not give up within {GIVES_UP_WITHIN} s")
+    return code, (tmp_path / "create.err").read_text().strip().splitlines()
+
+
+def _kill_leftovers(text: str) -> list[str]:
+    """Processes mentioning text, killed (for the tests after): their command lines."""
+    left = processes_mentioning(text)
+    for line in left:
+        try:
+            os.kill(int(line.split(":", 1)[0]), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return left
+
+
+@pytest.mark.parametrize("how", ["SIGTERM to create", "SIGINT to create", "SIGHUP to the anchor",
+                                 "delete --force"])
+def test_a_stage_in_hung_on_a_command_gives_up_when_told(run_mode_runtime: Runtime,
+                                                         tmp_path: Path, how: str) -> None:
+    """A scrun.lua whose stage_in waits on a command that never returns: a signal to
+    create (Ctrl-C, SIGTERM) or its anchor, or delete, ends the command with what it
+    started, and create fails in one line, after stage_out, leaving nothing."""
+    seconds = "71234"
+    create = _create_hung_in_stage_in(run_mode_runtime, tmp_path, "hung", "allocator_command",
+                                      seconds)
+    try:
+        if how == "SIGTERM to create":
+            create.send_signal(signal.SIGTERM)
+        elif how == "SIGINT to create":
+            create.send_signal(signal.SIGINT)
+        elif how == "SIGHUP to the anchor":
+            os.kill(run_mode_runtime.anchor_pid("hung"), signal.SIGHUP)
+        else:
+            deleted = run_mode_runtime.scrun("delete", "--force", "hung", timeout=GIVES_UP_WITHIN)
+            assert deleted.returncode == 0, deleted.stderr
+        code, lines = _end_of(create, tmp_path)
+    finally:
+        left = _kill_leftovers(f"sleep {seconds}")
+    assert not left, left
+    assert code != 0
+    assert len(lines) == 1, lines
+    assert "slurm.allocator_command: interrupted by SIG" in lines[0], lines
+    assert (tmp_path / "staged-out").read_text() == "hung"
+    assert run_mode_runtime.scrun("state", "hung").returncode != 0
+
+
+def test_a_command_of_scrun_lua_dies_with_its_anchor(run_mode_runtime: Runtime,
+                                                     tmp_path: Path) -> None:
+    """An anchor killed outright (SIGKILL: no clean-up of its own) while stage_in
+    waits on a command: the command, and what it started, do not outlive it."""
+    seconds = "71235"
+    create = _create_hung_in_stage_in(run_mode_runtime, tmp_path, "orphan", "remote_command",
+                                      seconds)
+    try:
+        os.kill(run_mode_runtime.anchor_pid("orphan"), signal.SIGKILL)
+        code, lines = _end_of(create, tmp_path)
+        deadline = time.monotonic() + GIVES_UP_WITHIN
+        while processes_mentioning(f"sleep {seconds}") and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        left = _kill_leftovers(f"sleep {seconds}")
+    assert not left, left
+    assert code != 0
+    assert len(lines) == 1, lines
+    assert run_mode_runtime.scrun("state", "orphan").returncode != 0

@@ -118,10 +118,12 @@ def start_anchor(request: CreateRequest, keep_fds: tuple[int, ...]) -> tuple[int
         try:
             reply = _report(read_fd)
         except KeyboardInterrupt:
-            # Ctrl-C or SIGTERM while the job waits in the queue: the anchor withdraws
-            # it and gives up, and so does create.
-            os.kill(pid, 15)
-            _report(read_fd)
+            # Ctrl-C or SIGTERM while the job waits in the queue, or scrun.lua's
+            # stage_in runs: the anchor withdraws the job or interrupts the script, and
+            # gives up, and so does create, saying why.
+            said = _give_up(pid, read_fd).decode(errors="replace").strip()
+            if said.startswith("error "):
+                log.current.error(said.removeprefix("error "))
             _reap_both(pid, stand_in_pid)
             raise
     finally:
@@ -132,6 +134,18 @@ def start_anchor(request: CreateRequest, keep_fds: tuple[int, ...]) -> tuple[int
     _reap_both(pid, stand_in_pid)
     message = reply.decode(errors="replace").strip().removeprefix("error ")
     raise ScrunError(message or "the anchor died while creating the container")
+
+
+def _give_up(anchor: int, read_fd: int) -> bytes:
+    """The anchor told to give up (SIGTERM), and again at each further Ctrl-C or
+    SIGTERM until it reported (a stage_out of scrun.lua's may wait on a command in
+    turn): its report."""
+    while True:
+        os.kill(anchor, 15)
+        try:
+            return _report(read_fd)
+        except KeyboardInterrupt:
+            continue
 
 
 def _reap_both(anchor: int, stand_in: int) -> None:
