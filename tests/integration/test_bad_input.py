@@ -150,14 +150,12 @@ def test_create_that_cannot_fork_leaves_nothing(run_mode_runtime: Runtime, tmp_p
         group.rmdir()
 
 
-def test_a_create_that_fails_after_stage_in_still_stages_out(run_mode_runtime: Runtime,
-                                                              tmp_path: Path) -> None:
-    """As in Slurm, stage_out runs whenever stage_in did, also when create fails after
-    it: what stage_in made (a copy of the bundle, a scratch directory) would stay."""
-    marker = tmp_path / "staged-out"
-    run_mode_runtime.write_conf("scrun.lua", f"""\
+def _staging_script(stage_in_body: str, marker: Path) -> str:
+    """A scrun.lua whose stage_in runs stage_in_body and whose stage_out writes the
+    container's id to marker."""
+    return f"""\
 function slurm_scrun_stage_in(id, bundle, spool_dir, config_file, job_id, user_id, group_id, job_env)
-  return slurm.SUCCESS
+{stage_in_body}  return slurm.SUCCESS
 end
 function slurm_scrun_stage_out(id)
   local file = io.open("{marker}", "w")
@@ -166,7 +164,15 @@ function slurm_scrun_stage_out(id)
   return slurm.SUCCESS
 end
 return slurm.SUCCESS
-""")
+"""
+
+
+def test_a_create_that_fails_after_stage_in_still_stages_out(run_mode_runtime: Runtime,
+                                                              tmp_path: Path) -> None:
+    """As in Slurm, stage_out runs whenever stage_in did, also when create fails after
+    it: what stage_in made (a copy of the bundle, a scratch directory) would stay."""
+    marker = tmp_path / "staged-out"
+    run_mode_runtime.write_conf("scrun.lua", _staging_script("", marker))
     bundle = make_bundle(tmp_path, ["true"])
     pid_file = tmp_path / "no-such-dir" / "pid"
     done = run_mode_runtime.scrun("create", "-b", str(bundle), "--pid-file", str(pid_file), "so1")
@@ -177,29 +183,17 @@ return slurm.SUCCESS
     assert run_mode_runtime.scrun("state", "so1").returncode != 0
 
 
-# A stage_in waiting on a command that never returns (a stuck rsync, say).
-HUNG_STAGE_IN = """\
-function slurm_scrun_stage_in(id, bundle, spool_dir, config_file, job_id, user_id, group_id, job_env)
-  slurm.{command}("sleep {seconds}")
-  return slurm.SUCCESS
-end
-function slurm_scrun_stage_out(id)
-  local file = io.open("{marker}", "w")
-  file:write(id)
-  file:close()
-  return slurm.SUCCESS
-end
-"""
 # How soon create must give up once told to.
 GIVES_UP_WITHIN = 10.0
 
 
 def _create_hung_in_stage_in(runtime: Runtime, tmp_path: Path, container_id: str, command: str,
                              seconds: str) -> subprocess.Popen[bytes]:
-    """create in the background, once its stage_in waits on `sleep seconds`. Its stderr
-    goes to a file (create.err), not a pipe: the anchor holds the caller's stdio."""
-    runtime.write_conf("scrun.lua", HUNG_STAGE_IN.format(
-        command=command, seconds=seconds, marker=tmp_path / "staged-out"))
+    """create in the background, once its stage_in waits on `sleep seconds` (as on a
+    stuck rsync) run by slurm.<command>. Its stderr goes to a file (create.err), not a
+    pipe: the anchor holds the caller's stdio."""
+    runtime.write_conf("scrun.lua", _staging_script(f'  slurm.{command}("sleep {seconds}")\n',
+                                                    tmp_path / "staged-out"))
     bundle = make_bundle(tmp_path, ["true"])
     with open(tmp_path / "create.err", "wb") as err:
         # The wrapper and `env` exec scrun: the pid is create's own.
