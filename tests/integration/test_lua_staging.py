@@ -13,7 +13,7 @@ import pytest
 
 from tests.integration.accounts import USER, account
 from tests.integration.conftest import runtime_on
-from tests.integration.harness import IMAGE, Cluster, Runtime, podman, wait_for
+from tests.integration.harness import IMAGE, Cluster, Runtime, podman, slurm, wait_for
 from tests.unit.test_lua_example import with_scratch_path
 
 NODES = 3
@@ -145,6 +145,7 @@ def test_failures_are_one_clear_line_and_leave_nothing(staged: tuple[Runtime, Pa
     runtime, _ = staged
     script, expect = FAILURES[case]
     (runtime.conf_dir / "scrun.lua").write_text(script)
+    jobs_before = _jobs(runtime)
     done = podman(runtime, "run", "--rm", IMAGE, "true")
     assert done.returncode != 0
     stderr = done.stderr.decode()
@@ -154,6 +155,17 @@ def test_failures_are_one_clear_line_and_leave_nothing(staged: tuple[Runtime, Pa
     lines = [line for line in stderr.splitlines() if "scrun.lua" in line]
     assert len(lines) == 1, stderr
     assert lines[0].endswith(expect), stderr
+    if not expect.startswith("slurm_scrun"):
+        # A script that cannot load is found before any job is asked for, as Slurm's
+        # scrun loads it first (a queued job would have waited its turn to say so).
+        assert _jobs(runtime) == jobs_before
+
+
+def _jobs(runtime: Runtime) -> list[str]:
+    """Every job slurmctld still knows of, ended ones too."""
+    done = slurm(runtime.slurm_conf.resolve(), "squeue", "-h", "-t", "all", "-o", "%i")
+    assert done.returncode == 0, done.stderr
+    return sorted(done.stdout.split())
 
 
 def test_delete_waits_for_a_long_stage_out(staged: tuple[Runtime, Path]) -> None:

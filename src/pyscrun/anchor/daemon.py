@@ -131,7 +131,7 @@ class Anchor(Ending):
             self.selector.register(self.backend.queue_fd(self.allocation), poller.READ,
                                    "queued")
             # Staged once the job runs: the copy it runs from is known only then.
-            same_rootfs = not os.path.exists(self.site.scrun_lua)
+            same_rootfs = self.staging.hooks is None
         else:
             self.staging.stage_in(self.allocation)
             same_rootfs = self.staging.rootfs == self.state.rootfs

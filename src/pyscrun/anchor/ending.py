@@ -72,7 +72,7 @@ class Ending(Launch):
         has ended and the job is given back (_finish), unless a scrun.lua stage_out
         must first run after the step."""
         return (self.step is not None and self.state.status != CREATED
-                and self.ready_fd is None and self.staging.hooks is None
+                and self.ready_fd is None and not self.staging.stages_out()
                 and self.agents.all_reported())
 
     def _remove_restore_probe(self) -> None:
@@ -114,7 +114,7 @@ class Ending(Launch):
             else:
                 self._finish_stdio()
         if (self.allocation is not None and not self.allocation.queued
-                and self.staging.hooks is not None):
+                and self.staging.stages_out()):
             self.state.staging_out = True
             self._save_state()
             self.staging.stage_out(self.allocation)

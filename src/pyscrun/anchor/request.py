@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from pyscrun.anchor.stand_in import StandIn
     from pyscrun.anchor.store import Store
     from pyscrun.conf.site import Site
+    from pyscrun.hooks.lua import ScrunLua
     from pyscrun.oci.bundle import Bundle
 
 # The signals that end a container's anchor: SIGTERM, SIGINT and SIGHUP (numbers, not
@@ -27,7 +28,7 @@ class CreateRequest:
                  console_socket: str | None, pid_file: str | None, environ: dict[str, str],
                  job_options: dict[str, str], log_file: str | None = None,
                  log_format: str = "text", restore: dict[str, Any] | None = None,
-                 preserve_fds: int = 0) -> None:
+                 preserve_fds: int = 0, hooks: ScrunLua | None = None) -> None:
         self.container_id = container_id
         self.bundle = bundle
         self.store = store
@@ -40,6 +41,7 @@ class CreateRequest:
         self.log_format = log_format
         self.restore = restore  # the CRIU order when this is a restore
         self.preserve_fds = preserve_fds  # the caller's fds 3.. that go to the container
+        self.hooks = hooks  # the site's scrun.lua, loaded by create
         self.stand_in: StandIn | None = None  # forked with the anchor
         # Made by the anchor before its own modules load (start_anchor).
         self.signals: int | None = None

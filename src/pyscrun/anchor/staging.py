@@ -20,7 +20,9 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from pyscrun.conf.site import Site
     from pyscrun.hooks.lua import ScrunLua
+    from pyscrun.oci.bundle import Bundle
 
 
 class Staging:
@@ -28,7 +30,9 @@ class Staging:
         self.request = request
         self.backend = backend
         self.state = state
-        self.hooks: ScrunLua | None = None
+        # Loaded by create before any job was asked for (preload_hooks).
+        self.hooks: ScrunLua | None = request.hooks
+        self.staged_in = False  # stage_out runs only if stage_in did, as Slurm's
         self.bundle, self.rootfs = state.bundle, state.rootfs
 
     def output_env(self) -> dict[str, str]:
@@ -55,16 +59,15 @@ class Staging:
         # The anchor's signals interrupt scrun.lua, stage_in and stage_out alike: its
         # poll loop, which hears them otherwise, waits meanwhile.
         interrupt_fd = -1 if self.request.signals is None else self.request.signals
-        self.hooks = load_hooks(
-            site.scrun_lua,
+        if self.hooks is None:
+            log.current.info(f"no {site.scrun_lua}: containers are not staged")
+            return
+        self.hooks.bind(
             lambda script: self.backend.remote_command(site, allocation, script,
                                                        self.job_env(allocation), interrupt_fd),
-            state.bundle, state.rootfs,
             lambda script: _run_here(script, self.job_env(allocation), interrupt_fd),
-            site.cluster_name(), interrupt_fd,
-        )
-        if self.hooks is None:
-            return
+            interrupt_fd)
+        self.staged_in = True
         job_env = [f"{k}={v}" for k, v in self.job_env(allocation).items()]
         staged = self.hooks.stage_in(
             state.id, state.bundle, self.request.store.spool_dir(state.id),
@@ -73,9 +76,13 @@ class Staging:
         )
         self.bundle, self.rootfs = staged.bundle, staged.root_path
 
+    def stages_out(self) -> bool:
+        """Whether stage_out is to run (stage_in has)."""
+        return self.hooks is not None and self.staged_in
+
     def stage_out(self, allocation: Allocation) -> None:
         """Errors are logged: the container has ended, its job must still be released."""
-        if self.hooks is None:
+        if self.hooks is None or not self.staged_in:
             return
         state = self.state
         try:
@@ -86,6 +93,19 @@ class Staging:
             )
         except ScrunError as err:
             log.current.error(f"stage_out: {err}")
+
+
+def preload_hooks(site: Site, bundle: Bundle) -> ScrunLua | None:
+    """The site's scrun.lua as create loads it, before any job is asked for (as Slurm's
+    scrun does): a script that cannot load fails create, and no job is allocated, or
+    waited for in the queue. Its commands need the job: bound once it runs."""
+    return load_hooks(site.scrun_lua, _no_job, bundle.path, bundle.rootfs, _no_job,
+                      site.cluster_name())
+
+
+def _no_job(script: str) -> tuple[int, str]:
+    raise ScrunError("scrun.lua's commands run once the container's job is allocated, "
+                     "not while the script loads")
 
 
 def load_hooks(path: str, remote_command: Callable[[str], tuple[int, str]], bundle: str,

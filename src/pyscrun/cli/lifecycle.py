@@ -69,6 +69,12 @@ def create_container(ctx: Context, restore: dict[str, Any] | None = None,
     job_options = scrun_env.job_options(ctx.environ, bundle.env)
     if restore is not None:
         tasks_to_restore(job_options, int(restore.get("tasks", 1)))
+    hooks = None
+    if os.path.lexists(the_site.scrun_lua):
+        # Before any job is asked for, as Slurm's scrun (the anchor, a fork, keeps it).
+        from pyscrun.anchor.staging import preload_hooks
+
+        hooks = preload_hooks(the_site, bundle)
     store = ctx.store
     store.make_spool_dir(container_id)
     try:
@@ -76,7 +82,7 @@ def create_container(ctx: Context, restore: dict[str, Any] | None = None,
             CreateRequest(container_id, bundle, store, the_site, console_socket,
                           ctx.option("pid_file"), ctx.environ, job_options,
                           ctx.option("log"), ctx.option("log_format") or "text", restore,
-                          int(preserve)),
+                          int(preserve), hooks),
             keep_fds=tuple(range(3, 3 + int(preserve))),
         )
     except BaseException:

@@ -108,10 +108,18 @@ class ScrunLua:
         })
         numbers = self.runtime.table_from({_bytes(key): float(value)
                                            for key, value in constants.SLURM.items()})
+        # The count hook looks for signals from the start: a self-pipe may come later
+        # (bind), for a script loaded before its anchor had one.
         self._call = self.runtime.execute(prelude.SOURCE, _bytes(path.name), callbacks,
                                           self.json.null, numbers,
                                           None if cluster_name is None else _bytes(cluster_name),
-                                          _CHECK_EVERY if interrupt_fd >= 0 else 0)
+                                          _CHECK_EVERY)
+
+    def bind(self, remote_command: CommandRunner, allocator_command: CommandRunner,
+             interrupt_fd: int) -> None:
+        """The commands and self-pipe of the anchor, for a script loaded before them."""
+        self.remote_command, self.allocator_command = remote_command, allocator_command
+        self.interrupt_fd = interrupt_fd
 
     # -- the script ----------------------------------------------------------------------
     def _load(self) -> None:
