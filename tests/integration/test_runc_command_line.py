@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
 from tests.integration.harness import Runtime, make_bundle, wait_for
@@ -136,6 +137,14 @@ def test_ps_passes_the_options_after_the_id_to_ps(local_runtime: Runtime, tmp_pa
         no_pid = local_runtime.scrun("ps", "pso", "-o", "args")
         assert (no_pid.returncode, no_pid.stderr) == (
             1, "scrun: error: ps: couldn't find PID field in ps output\n")
+        assert local_runtime.scrun("kill", "pso", "KILL").returncode == 0
+        wait_for(lambda: _state(local_runtime, "pso")["status"] == "stopped", 10,
+                 "the container to stop")
+        # As runc's: a stopped container has no process, and ps prints its header alone.
+        stopped = local_runtime.scrun("ps", "pso", "-o", "pid,args")
+        header = subprocess.run(["ps", "-o", "pid,args"], capture_output=True, text=True,
+                                check=True).stdout.splitlines()[0]
+        assert (stopped.returncode, stopped.stdout, stopped.stderr) == (0, header + "\n", "")
     finally:
         local_runtime.scrun("delete", "--force", "pso")
 

@@ -9,6 +9,7 @@ import subprocess
 
 from pyscrun.cli.main import Context
 from pyscrun.errors import ScrunError, UsageError
+from pyscrun.oci.state import STOPPED
 
 
 def ps(ctx: Context) -> int:
@@ -17,7 +18,10 @@ def ps(ctx: Context) -> int:
     output = ctx.option("format") or "table"
     if output not in ("table", "json"):
         raise UsageError(f"ps: invalid --format {output!r}: use table or json")
-    pids = [int(p) for p in order_tasks(ctx, "ps").get("pids", []) if isinstance(p, int)]
+    stopped = ctx.store.load(ctx.container_id).effective_status() == STOPPED
+    # As runc's: a stopped container has no process, and ps says so with its header.
+    pids = [] if stopped else [int(p) for p in order_tasks(ctx, "ps").get("pids", [])
+                               if isinstance(p, int)]
     if output == "json":
         print(json.dumps(pids))
         return 0
