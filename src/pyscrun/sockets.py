@@ -111,12 +111,17 @@ class Strangers(Generic[Link]):
         # In the order they came, so that of their deadlines too.
         self.waiting: dict[Link, float] = {}
 
-    def add(self, link: Link) -> None:
+    def add(self, make: Callable[[], Link]) -> Link:
+        """The link make() makes of a connection just accepted (it challenges the peer at
+        once), held: made only once the oldest is refused where it must make room, so
+        that no more than MAX_STRANGERS are ever open."""
         if len(self.waiting) >= MAX_STRANGERS:
             oldest = next(iter(self.waiting))
             del self.waiting[oldest]
             self.refuse(oldest, "too many connections are waiting to say hello")
+        link = make()
         self.waiting[link] = time.monotonic() + self.timeout
+        return link
 
     def discard(self, link: Link) -> None:
         """link proved itself, or is gone."""

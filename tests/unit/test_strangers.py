@@ -24,22 +24,29 @@ class Port:
 def test_a_stranger_beyond_the_cap_pushes_out_the_oldest() -> None:
     port = Port(60.0)
     for n in range(sockets.MAX_STRANGERS):
-        port.strangers.add(f"c{n}")
+        port.strangers.add(lambda n=n: f"c{n}")
     assert port.refused == []
-    port.strangers.add("new")
-    port.strangers.add("newer")
+    port.strangers.add(lambda: "new")
+    port.strangers.add(lambda: "newer")
     assert port.refused == [("c0", "too many connections are waiting to say hello"),
                             ("c1", "too many connections are waiting to say hello")]
     held = list(port.strangers)
     assert len(held) == sockets.MAX_STRANGERS and held[0] == "c2" and held[-2:] == ["new", "newer"]
 
+    def challenged() -> str:
+        # Made (its peer challenged) only once the oldest is gone: never one too many.
+        assert [link for link, _ in port.refused][-1] == "c2"
+        return "newest"
+
+    assert port.strangers.add(challenged) == "newest"
+
 
 def test_the_late_are_refused_and_the_others_kept() -> None:
     port = Port(5.0)
-    port.strangers.add("early")
+    port.strangers.add(lambda: "early")
     first = port.strangers.deadlines()
     time.sleep(0.01)
-    port.strangers.add("later")
+    port.strangers.add(lambda: "later")
     assert first == port.strangers.deadlines() and time.monotonic() + 4.9 < first[0]
     port.strangers.expire(first[0] - 0.001)
     assert port.refused == [] and list(port.strangers) == ["early", "later"]
@@ -55,10 +62,10 @@ def test_the_late_are_refused_and_the_others_kept() -> None:
 def test_one_proven_or_dropped_is_neither_refused_nor_counted() -> None:
     port = Port(5.0)
     for n in range(sockets.MAX_STRANGERS):
-        port.strangers.add(f"c{n}")
+        port.strangers.add(lambda n=n: f"c{n}")
     port.strangers.discard("c0")
     port.strangers.discard("c0")
-    port.strangers.add("new")
+    port.strangers.add(lambda: "new")
     assert port.refused == []
     port.strangers.expire(time.monotonic() + 10)
     assert "c0" not in [link for link, _ in port.refused]

@@ -74,8 +74,7 @@ class AgentPort:
         sock = self.listener.accept()
         if sock is None:
             return
-        link = AgentLink(Peer.accepted(sock, self.secret))
-        self.strangers.add(link)
+        link = self.strangers.add(lambda: AgentLink(Peer.accepted(sock, self.secret)))
         self.selector.register(sock, poller.READ, link)
 
     def refuse(self, link: AgentLink, why: str) -> None:

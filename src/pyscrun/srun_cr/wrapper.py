@@ -228,10 +228,9 @@ class Wrapper:
         sock = launchers.accept()
         if sock is None:
             return
-        conn = _Launcher(peer.Peer.accepted(sock, self.secret))
+        conn = self.strangers.add(lambda: _Launcher(peer.Peer.accepted(sock, self.secret)))
         conn.link.sock.setblocking(True)
         conn.link.sock.settimeout(SEND_TIMEOUT)
-        self.strangers.add(conn)
         self.selector.register(sock, poller.READ, conn)
 
     def _close_launcher(self, conn: _Launcher, why: str) -> None:
