@@ -92,9 +92,11 @@ def test_srun_args_come_before_the_steps_own_options(users_slurm_runtime: Runtim
 
 def test_labelled_output_is_srun_s(users_slurm_runtime: Runtime) -> None:
     """SCRUN_LABELIO: every line of every task's output starts with its task number, as
-    srun --label gives it (a last line without a newline gets one)."""
+    srun --label gives it, whole (a line written in parts is not cut by the other task's),
+    and a last line without a newline gets one."""
     done = podman(users_slurm_runtime, "run", "--rm", "-e", "SCRUN_LABELIO=1", "-e",
-                  "SCRUN_NTASKS=2", IMAGE, "sh", "-c", "echo out; echo err >&2; printf last")
+                  "SCRUN_NTASKS=2", IMAGE, "sh", "-c",
+                  "echo out; echo err >&2; printf la; sleep 0.3; printf st")
     assert done.returncode == 0, done.stderr
     assert sorted(done.stdout.decode().splitlines(keepends=True)) == \
         ["0: last\n", "0: out\n", "1: last\n", "1: out\n"]

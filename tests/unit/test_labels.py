@@ -15,6 +15,14 @@ def test_the_label_is_srun_s() -> None:
 
 def test_every_line_is_labelled_however_it_comes() -> None:
     labelling = Labelling(b"1: ")
-    said = labelling.lines(b"one\ntw") + labelling.lines(b"o\n\nthr") + labelling.end()
-    assert said == b"1: one\n1: two\n1: \n1: thr\n"
-    assert Labelling(b"0: ").end() == b""
+    # Whole lines only: the anchor merges the tasks' streams, a part would meet another's.
+    assert labelling.lines(b"one\ntw") == b"1: one\n"
+    assert labelling.lines(b"o\n\nthr") == b"1: two\n1: \n"
+    assert labelling.end() == b"1: thr\n"
+    assert labelling.end() == b""
+
+
+def test_a_long_line_goes_in_slurmstepd_s_parts() -> None:
+    labelling = Labelling(b"0: ")
+    said = labelling.lines(b"x" * 1500 + b"\n") + labelling.end()
+    assert said == b"0: " + b"x" * 1024 + b"\n0: " + b"x" * 476 + b"\n"

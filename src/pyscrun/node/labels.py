@@ -1,10 +1,12 @@
 """srun's --label for the container's output (SCRUN_LABELIO, or --label in SrunArgs).
 
 The container's output goes to the anchor over the channel, not through srun, which
-would otherwise prefix it: the agent does it as srun does (Slurm's
-write_labelled_message), every line starting with the task's number right-aligned to
-the width of the step's highest, then ": ", and a last line without its newline
-ended with one.
+would otherwise prefix it: the agent does it as slurmstepd and srun do (Slurm's io.c
+and write_labelled_message). Lines go whole, as slurmstepd sends them (the anchor
+merges the tasks' streams: a part of a line would meet another task's), every one
+starting with the task's number right-aligned to the width of the step's highest,
+then ": "; a line longer than slurmstepd's message goes in parts of that size, and a
+part, or a last line, without its newline is ended with one.
 """
 
 from __future__ import annotations
@@ -12,6 +14,9 @@ from __future__ import annotations
 import os
 
 from pyscrun.channel import streams
+
+# slurmstepd's SLURM_IO_MAX_MSG_LEN: the longest line it sends whole.
+MAX_LINE = 1024
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -34,24 +39,30 @@ class Labelling:
 
     def __init__(self, label: bytes) -> None:
         self.label = label
-        self.at_line_start = True
+        self.pending = bytearray()  # a line not ended yet
 
     def lines(self, data: bytes) -> bytes:
+        """The whole lines data ends, labelled; the rest waits for its end."""
+        self.pending += data
         out = bytearray()
-        start = 0
-        while start < len(data):
-            end = data.find(b"\n", start)
-            stop = len(data) if end < 0 else end + 1
-            if self.at_line_start:
-                out += self.label
-            out += data[start:stop]
-            self.at_line_start = end >= 0
-            start = stop
-        return bytes(out)
+        while True:
+            end = self.pending.find(b"\n", 0, MAX_LINE)
+            if end >= 0:
+                out += self.label + self.pending[:end + 1]
+                del self.pending[:end + 1]
+            elif len(self.pending) >= MAX_LINE:
+                out += self.label + self.pending[:MAX_LINE] + b"\n"
+                del self.pending[:MAX_LINE]
+            else:
+                return bytes(out)
 
     def end(self) -> bytes:
-        """What ends the stream: a newline after a last line that had none."""
-        return b"" if self.at_line_start else b"\n"
+        """What ends the stream: a last line that had no newline, labelled and ended."""
+        if not self.pending:
+            return b""
+        out = self.label + self.pending + b"\n"
+        self.pending.clear()
+        return bytes(out)
 
 
 def labelled_pump(pipe: int, sock: _socket.socket, label: bytes) -> streams.Mover:
