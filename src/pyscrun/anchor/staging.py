@@ -56,12 +56,12 @@ class Staging:
 
     def stage_in(self, allocation: Allocation) -> None:
         site, state = self.request.site, self.state
-        # The anchor's signals interrupt scrun.lua, stage_in and stage_out alike: its
-        # poll loop, which hears them otherwise, waits meanwhile.
-        interrupt_fd = -1 if self.request.signals is None else self.request.signals
         if self.hooks is None:
             log.current.info(f"no {site.scrun_lua}: containers are not staged")
             return
+        # The anchor's signals interrupt scrun.lua, stage_in and stage_out alike: its
+        # poll loop, which hears them otherwise, waits meanwhile.
+        interrupt_fd = -1 if self.request.signals is None else self.request.signals
         self.hooks.bind(
             lambda script: self.backend.remote_command(site, allocation, script,
                                                        self.job_env(allocation), interrupt_fd),
@@ -110,7 +110,7 @@ def _no_job(script: str) -> tuple[int, str]:
 
 def load_hooks(path: str, remote_command: Callable[[str], tuple[int, str]], bundle: str,
                root_path: str, allocator_command: Callable[[str], tuple[int, str]] | None = None,
-               cluster_name: str | None = None, interrupt_fd: int = -1) -> ScrunLua | None:
+               cluster_name: str | None = None) -> ScrunLua | None:
     """The site's scrun.lua, loaded (lua.load); None (said at info level) if there is
     none."""
     if not os.path.lexists(path):
@@ -122,7 +122,7 @@ def load_hooks(path: str, remote_command: Callable[[str], tuple[int, str]], bund
     from pyscrun.hooks import lua
 
     return lua.load(Path(path), remote_command, bundle, root_path, allocator_command,
-                    cluster_name, interrupt_fd)
+                    cluster_name)
 
 
 def _job_number(job_id: str) -> int:
