@@ -123,7 +123,7 @@ class Anchor(Ending):
         self.allocation = self.backend.allocate(
             self.site, self.state, self.request.job_options, self.request.job_environ(),
             self.signals, queued_is_enough=self.request.restore is None,
-            started=started)
+            started=started, variables=self.request.hooks is not None)
         self.state.job_id = self.allocation.job_id
         self.state.job_owned = self.allocation.owned
         self.store.save(self.state)

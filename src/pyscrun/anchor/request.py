@@ -49,11 +49,19 @@ class CreateRequest:
 
     def job_environ(self) -> dict[str, str]:
         """The environment the job is asked for with: the caller's, and a
-        `podman run -e SLURM_JOB_ID=N` runs the container in that existing job."""
+        `podman run -e SLURM_JOB_ID=N` runs the container in that existing job (the
+        caller's other job variables, of another job, are then not its)."""
         environ = dict(self.environ)
         for entry in self.bundle.env:
             if entry.startswith("SLURM_JOB_ID="):
-                environ["SLURM_JOB_ID"] = entry.partition("=")[2]
+                given = entry.partition("=")[2]
+                if given != environ.get("SLURM_JOB_ID"):
+                    from pyscrun.backends.salloc import job_variables
+
+                    theirs = job_variables(environ).keys() - {"SLURM_CONF"}
+                    environ = {name: value for name, value in environ.items()
+                               if name not in theirs}
+                environ["SLURM_JOB_ID"] = given
         return environ
 
     def abandon_started_allocation(self) -> None:

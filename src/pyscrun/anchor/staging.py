@@ -51,8 +51,9 @@ class Staging:
 
     def job_env(self, allocation: Allocation) -> dict[str, str]:
         """The job's variables: the output variables (as the container runs now) and the
-        allocation's, which stage_in gets and scrun.lua's commands run with."""
-        return {**self.output_env(), **allocation.env}
+        allocation's (Slurm's for the job), which stage_in gets and scrun.lua's
+        commands run with."""
+        return {**self.output_env(), **self.backend.job_variables(allocation)}
 
     def stage_in(self, allocation: Allocation) -> None:
         site, state = self.request.site, self.state

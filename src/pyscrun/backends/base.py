@@ -75,9 +75,10 @@ class Backend:
     name = "abstract"
 
     def start_allocation(self, site: Site, container_id: str, options: dict[str, str],
-                         environ: dict[str, str]) -> object:
+                         environ: dict[str, str], variables: bool = False) -> object:
         """Start asking for the job and return at once, for allocate to wait on
-        (`started`); None if there is nothing to start. Never raises."""
+        (`started`); None if there is nothing to start. Never raises. variables: the
+        job's variables will be wanted (job_variables)."""
         return None
 
     def abandon_allocation(self, site: Site, started: object) -> None:
@@ -85,12 +86,19 @@ class Backend:
 
     def allocate(self, site: Site, state: ContainerState, options: dict[str, str],
                  environ: dict[str, str], interrupt_fd: int = -1,
-                 queued_is_enough: bool = False, started: object = None) -> Allocation:
+                 queued_is_enough: bool = False, started: object = None,
+                 variables: bool = False) -> Allocation:
         """The job the container runs in (from started, what start_allocation began,
         if given). A wait for it (a queued job) gives up, and leaves no job, as soon as
         interrupt_fd is readable. queued_is_enough: return once the job is queued
-        (`queued` set; follow it with `advance`)."""
+        (`queued` set; follow it with `advance`). variables: as start_allocation's."""
         raise NotImplementedError
+
+    def job_variables(self, allocation: Allocation) -> dict[str, str]:
+        """The variables Slurm makes for the running job (node list, node count,
+        partition...), which scrun.lua gets as job_env; BackendError if they cannot be
+        had."""
+        return allocation.env
 
     def exec_command(self, site: Site, job_id: str, env: dict[str, str], terminal: bool,
                      ) -> tuple[list[str], dict[str, str]]:

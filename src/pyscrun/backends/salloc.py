@@ -4,6 +4,10 @@ salloc runs `cat` (on this host) with its stdin a pipe only the anchor holds. Cl
 the pipe ends `cat`, and salloc then completes the job (state COMPLETED, not CANCELLED).
 The anchor dying, even by SIGKILL, closes the pipe as well: the job ends with it in
 every state, created included.
+
+Where scrun.lua wants the job's variables, `cat` comes after `env`: salloc gives its
+command the variables Slurm makes for a job (env_array_for_job, the node list and
+count, the partition...), the ones Slurm's scrun hands scrun.lua as job_env.
 """
 
 from __future__ import annotations
@@ -24,6 +28,14 @@ _UNRELEASED = b"Unable to clean up job allocation"
 RELEASE_TIMEOUT = 30.0
 # How long salloc may take to withdraw a queued job once told to.
 WITHDRAW_TIMEOUT = 10.0
+# salloc's command when the job's variables are wanted: its environment, each entry
+# ended by a NUL and the whole by an empty entry, then `cat` holding the job.
+_VARIABLES_THEN_HOLD = ["/bin/sh", "-c", "env -0; printf '\\000'; exec cat"]
+# How long the job's variables may take to come once the job is granted.
+VARIABLES_TIMEOUT = 10.0
+# The variables of the job's environment: Slurm's and SPANK options' (Slurm's
+# env_array_merge_slurm_spank).
+_JOB_PREFIXES = ("SLURM", "_SLURM_SPANK_OPTION_")
 _SIGINT, _SIGKILL = 2, 9
 
 
@@ -41,30 +53,43 @@ def _job_named(said: bytes) -> tuple[str, bool]:
     return _number_after(said, _PENDING), False
 
 
-def _spawn(argv: list[str], env: dict[str, str]) -> tuple[int, int, int]:
-    """Start argv with its stdin and stderr pipes of ours (stdout: nowhere): its pid and
-    the ends we hold. posix_spawn rather than subprocess, whose import (with re and
-    locale, 6 ms) would come before salloc's start when the anchor asks early."""
+def job_variables(environ: dict[str, str]) -> dict[str, str]:
+    """The job's variables among environ."""
+    return {name: value for name, value in environ.items() if name.startswith(_JOB_PREFIXES)}
+
+
+def _spawn(argv: list[str], env: dict[str, str], with_stdout: bool,
+           ) -> tuple[int, int, int, int]:
+    """Start argv with its stdin and stderr pipes of ours, and its stdout too if
+    with_stdout (else nowhere): its pid and the ends we hold (-1: none). posix_spawn
+    rather than subprocess, whose import (with re and locale, 6 ms) would come before
+    salloc's start when the anchor asks early."""
     stdin_read, stdin_write = os.pipe()
     stderr_read, stderr_write = os.pipe()
-    null = os.open(os.devnull, os.O_WRONLY)
+    stdout_read, stdout_write = os.pipe() if with_stdout else (-1, os.open(os.devnull,
+                                                                           os.O_WRONLY))
     try:
-        pid = start_command(argv, env, (stdin_read, null, stderr_write))
+        pid = start_command(argv, env, (stdin_read, stdout_write, stderr_write))
     except BackendError:
-        os.close(stdin_write)
-        os.close(stderr_read)
+        for fd in (stdin_write, stderr_read, stdout_read):
+            if fd >= 0:
+                os.close(fd)
         raise
     finally:
-        for fd in (stdin_read, null, stderr_write):
+        for fd in (stdin_read, stdout_write, stderr_write):
             os.close(fd)
-    return pid, stdin_write, stderr_read
+    return pid, stdin_write, stderr_read, stdout_read
 
 
 class HeldAllocation:
-    def __init__(self, pid: int, stdin_fd: int, stderr_fd: int) -> None:
+    def __init__(self, pid: int, stdin_fd: int, stderr_fd: int, variables_fd: int = -1,
+                 env: dict[str, str] | None = None) -> None:
         self.pid = pid
         self.stdin_fd = stdin_fd  # closed: `cat` ends, and salloc gives the job back
         self.stderr_fd = stderr_fd
+        self.variables_fd = variables_fd  # the command's stdout, if it says the variables
+        self.env = env or {}  # what salloc was started with
+        self.variables: dict[str, str] | None = None  # once read
         self.returncode: int | None = None  # once salloc ended
         self.job_id = ""
         self.granted = False
@@ -72,10 +97,47 @@ class HeldAllocation:
         self.killed = False  # salloc had to be killed: its job may still be held
 
     @classmethod
-    def start(cls, argv: list[str], env: dict[str, str]) -> HeldAllocation:
-        """salloc (argv, without a command) asking for the job; await_job follows it."""
+    def start(cls, argv: list[str], env: dict[str, str], variables: bool = False,
+              ) -> HeldAllocation:
+        """salloc (argv, without a command) asking for the job; await_job follows it.
+        variables: the job's variables are wanted (job_variables)."""
         log.current.debug(f"slurm: {' '.join(argv)}")
-        return cls(*_spawn([*argv, "--", "cat"], env))
+        command = _VARIABLES_THEN_HOLD if variables else ["cat"]
+        return cls(*_spawn([*argv, "--", *command], env, variables), env=env)
+
+    def job_variables(self) -> dict[str, str]:
+        """The variables salloc set for the granted job (those its command sees that
+        it was not started with), as Slurm's scrun gets them with the job; only the
+        job's id if salloc was not asked for them (start)."""
+        if self.variables is not None:
+            return self.variables
+        self.variables = {"SLURM_JOB_ID": self.job_id}
+        if self.variables_fd < 0:
+            return self.variables
+        import select
+
+        said = b""
+        deadline = time.monotonic() + VARIABLES_TIMEOUT
+        try:
+            while b"\0\0" not in b"\0" + said:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not select.select([self.variables_fd], [], [], remaining)[0]:
+                    raise BackendError(f"job {self.job_id}: its variables did not come "
+                                       f"within {VARIABLES_TIMEOUT:.0f} s")
+                chunk = os.read(self.variables_fd, 65536)
+                if not chunk:
+                    raise BackendError(f"job {self.job_id}: salloc's command ended before "
+                                       "saying the job's variables")
+                said += chunk
+        finally:
+            os.close(self.variables_fd)
+            self.variables_fd = -1
+        entries = (b"\0" + said).split(b"\0\0", 1)[0].split(b"\0")[1:]
+        seen = dict(entry.decode(errors="surrogateescape").partition("=")[::2]
+                    for entry in entries)
+        self.variables.update({name: value for name, value in job_variables(seen).items()
+                               if self.env.get(name) != value})
+        return self.variables
 
     def await_job(self, timeout: float, interrupt_fd: int = -1,
                   queued_is_enough: bool = False) -> None:
@@ -166,9 +228,12 @@ class HeldAllocation:
         return ended and _UNRELEASED not in self.said
 
     def _close_stdin(self) -> None:
-        if self.stdin_fd >= 0:
-            os.close(self.stdin_fd)
-            self.stdin_fd = -1
+        """The job let go: `cat`'s stdin closed, and the variables' pipe, read or not
+        (a command stuck writing a large environment to it would never reach `cat`)."""
+        for fd in (self.stdin_fd, self.variables_fd):
+            if fd >= 0:
+                os.close(fd)
+        self.stdin_fd = self.variables_fd = -1
 
     def _ended_within(self, timeout: float | None) -> bool:
         """salloc ended by itself within timeout (None: however long it takes); else

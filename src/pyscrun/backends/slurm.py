@@ -11,6 +11,7 @@ import sys
 import time
 
 from pyscrun import child, identity, log
+from pyscrun.backends import salloc
 from pyscrun.backends.base import (
     Allocation,
     Backend,
@@ -114,18 +115,32 @@ def _salloc_argv(container_id: str, options: dict[str, str]) -> list[str]:
               if not a.startswith("--job-name="))]
 
 
+def _node_count(site: Site, job_id: str, variables: dict[str, str]) -> str:
+    """How many nodes the job has: among its variables, else as squeue says. Without it
+    srun would start one task on the job's first node only."""
+    count = variables.get("SLURM_JOB_NUM_NODES", "")
+    if count.isdigit():
+        return count
+    nodes = run_command(site, ["squeue", "-h", "-j", job_id, "-o", "%D"])
+    if nodes.returncode != 0 or not nodes.stdout.strip().isdigit():
+        raise BackendError(f"cannot read the node count of job {job_id}: "
+                           f"{_slurm_error(nodes.stderr, 'squeue failed')}")
+    return nodes.stdout.strip()
+
+
 class SlurmBackend(Backend):
     name = "slurm"
 
     def start_allocation(self, site: Site, container_id: str, options: dict[str, str],
-                         environ: dict[str, str]) -> object:
+                         environ: dict[str, str], variables: bool = False) -> object:
         """salloc, asking at once: its answer comes while the anchor gets ready. None
         where no job is asked for (SLURM_JOB_ID given), or salloc does not start
         (allocate then says why)."""
         if environ.get("SLURM_JOB_ID"):
             return None
         try:
-            return HeldAllocation.start(_salloc_argv(container_id, options), _env(site))
+            return HeldAllocation.start(_salloc_argv(container_id, options), _env(site),
+                                        variables)
         except BackendError:
             return None
 
@@ -137,14 +152,16 @@ class SlurmBackend(Backend):
 
     def allocate(self, site: Site, state: ContainerState, options: dict[str, str],
                  environ: dict[str, str], interrupt_fd: int = -1,
-                 queued_is_enough: bool = False, started: object = None) -> Allocation:
+                 queued_is_enough: bool = False, started: object = None,
+                 variables: bool = False) -> Allocation:
         given = environ.get("SLURM_JOB_ID")
         if given:
+            # The job's variables are the caller's, as Slurm's scrun scrapes them.
             return Allocation(job_id=given, nodes=[], owned=False,
-                              env={"SLURM_JOB_ID": given})
+                              env={**salloc.job_variables(environ), "SLURM_JOB_ID": given})
         try:
             held = started if isinstance(started, HeldAllocation) else \
-                HeldAllocation.start(_salloc_argv(state.id, options), _env(site))
+                HeldAllocation.start(_salloc_argv(state.id, options), _env(site), variables)
             held.await_job(SALLOC_TIMEOUT, interrupt_fd, queued_is_enough)
         except BackendError as err:
             raise BackendError(
@@ -172,6 +189,10 @@ class SlurmBackend(Backend):
         exec_env.pop("SLURM_JOBID", None)
         exec_env.pop("SLURM_STEP_ID", None)
         return argv, exec_env
+
+    def job_variables(self, allocation: Allocation) -> dict[str, str]:
+        held = allocation.handle
+        return held.job_variables() if isinstance(held, HeldAllocation) else allocation.env
 
     def queue_fd(self, allocation: Allocation) -> int:
         assert isinstance(allocation.handle, HeldAllocation)
@@ -228,14 +249,12 @@ class SlurmBackend(Backend):
 
     def remote_command(self, site: Site, allocation: Allocation, script: str,
                        env: dict[str, str], interrupt_fd: int = -1) -> tuple[int, str]:
-        # Without a node count srun would start one task on the job's first node only.
-        nodes = run_command(site, ["squeue", "-h", "-j", allocation.job_id, "-o", "%D"])
-        if nodes.returncode != 0 or not nodes.stdout.strip().isdigit():
-            raise BackendError(f"cannot read the node count of job {allocation.job_id}: "
-                               f"{_slurm_error(nodes.stderr, 'squeue failed')}")
+        nodes = _node_count(site, allocation.job_id, env)
         srun = site.oci.SrunPath or "srun"
+        # One task on every node: the job's own task count (SLURM_NTASKS, among its
+        # variables) is not the command's.
         argv = [srun, *site.oci.SrunArgs, f"--jobid={allocation.job_id}", "--overlap",
-                "--no-kill", "--job-name=lua-command", f"--nodes={nodes.stdout.strip()}",
+                "--no-kill", "--job-name=lua-command", f"--nodes={nodes}", f"--ntasks={nodes}",
                 "--ntasks-per-node=1", "--quiet", "--", "/bin/sh", "-c", script]
         log.current.debug(f"slurm: {' '.join(argv)}")
         # srun takes the job's variables to every task. A missing srun is status 127
