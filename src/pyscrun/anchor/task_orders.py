@@ -47,8 +47,11 @@ class TaskOrder(Answers):
         self.stats: dict[str, Any] | None = None  # what stats found, summed over the tasks
 
     def answered(self, agent: object, report: dict[str, Any]) -> None:
-        """An agent's `ordered` report (checked against the message table)."""
-        if not self.record(agent, report.get("error")):
+        """An agent's `ordered` report (checked against the message table). A report of
+        another order is not this one's answer: the resume that undid a failed pause
+        or checkpoint round on a task may still be on its way when the next order goes
+        out."""
+        if report.get("order") != self.op or not self.record(agent, report.get("error")):
             return
         pids = report.get("pids") or []
         self.pids += [p for p in pids if isinstance(p, int) and not isinstance(p, bool)]
