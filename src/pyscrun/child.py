@@ -30,11 +30,12 @@ _DEFAULT_IN_CHILD = (_signal.SIGPIPE, _signal.SIGXFSZ)
 # How long an interrupted command may take to end on SIGTERM (an srun ends its step
 # then, which SIGKILL would leave running) before its process group is killed.
 INTERRUPT_GRACE = 2.0
+# How long what a bound command left running has between SIGTERM and SIGKILL: Slurm's.
+LEFT_RUNNING_GRACE = 0.01
 # A bound command runs as `sh -c _BOUND sh argv...`, its stdin a pipe whose write end
 # this process alone holds. The shell forks a guard into the command's process group,
-# then becomes the command (its pid, its exit status). A line on the pipe (run writes
-# one once the command ended) lets the guard go; end of file without one (this process
-# died, SIGKILL included) has it kill the group. prctl's PR_SET_PDEATHSIG would need
+# then becomes the command (its pid, its exit status). End of file on the pipe (this
+# process died, SIGKILL included) has the guard kill the group. prctl's PR_SET_PDEATHSIG would need
 # code between fork and exec, which posix_spawn lacks, and would end the command alone,
 # not what it started.
 _BOUND = ('exec 3<&0 </dev/null; { read -r _ <&3 || kill -s KILL 0; } >/dev/null 2>&1 & '
@@ -129,7 +130,9 @@ def run(argv: list[str], env: Mapping[str, str], timeout: float | None,
     interrupt_fd: a self-pipe (selfpipe.catch) of this process's; a signal arriving
     there ends the command, and every process it started, with SIGTERM (SIGKILL after
     INTERRUPT_GRACE), and raises Interrupted. bound: the command and every process it
-    started are killed, too, if this process dies first (SIGKILL included)."""
+    started are killed, too, if this process dies first (SIGKILL included), and what
+    it left running in its process group once it ended, as Slurm's run_command ends
+    what scrun.lua's commands leave (SIGTERM, SIGKILL 10 ms later)."""
     stdin = os.open(os.devnull, os.O_RDONLY)
     out_read, out_write = os.pipe()
     err_read, err_write = (-1, out_write) if merge_output else os.pipe()
@@ -162,9 +165,10 @@ def run(argv: list[str], env: Mapping[str, str], timeout: float | None,
                 _close(fd)
         code = child.wait()
         if guard >= 0:
-            # A whole line: the guard lets what the command left running be, as an
-            # unbound command's.
-            os.write(guard, b"\n")
+            # The guard, alive until its pipe closes, keeps the group's id from reuse.
+            _kill_group(child.pid, _signal.SIGTERM)
+            time.sleep(LEFT_RUNNING_GRACE)
+            _kill_group(child.pid, _signal.SIGKILL)
     finally:
         _close(guard)
     return code, said.get(out_read, b""), said.get(err_read, b"")

@@ -143,11 +143,16 @@ def test_a_bound_command_is_what_it_runs() -> None:
     assert (code, out.split()) == (0, [b"0", b"1", b"2", b"3"])  # 3: ls's own listing
 
 
-def test_a_bound_command_leaves_what_it_started_in_the_background_running() -> None:
+def test_a_bound_command_ends_what_it_left_in_the_background_as_slurm_does() -> None:
+    """As Slurm's run_command ends what scrun.lua's commands leave behind; what left
+    the command's process group (setsid) is not its any more, there as here."""
     marker = f"{33 + os.getpid() / 1e7:.7f}"
-    child.run(["/bin/sh", "-c", f"sleep {marker} >/dev/null 2>&1 &"], ENV, 10, bound=True)
-    time.sleep(0.3)
-    assert not _gone_within(marker, 0)
+    escaped = f"{34 + os.getpid() / 1e7:.7f}"
+    assert child.run(["/bin/sh", "-c", f"sleep {marker} >/dev/null 2>&1 & "
+                      f"setsid sleep {escaped} >/dev/null 2>&1 & sleep 0.2; echo started"],
+                     ENV, 10, bound=True) == (0, b"started\n", b"")
+    assert _gone_within(marker, 2)
+    assert not _gone_within(escaped, 0.3)
 
 
 def test_a_bound_command_dies_with_its_parent() -> None:
