@@ -81,76 +81,71 @@ return slurm.SUCCESS
     assert sorted(names) == [f"n{i}" for i in range(1, NODES + 1)]
 
 
+class Seen:
+    """What _see_variables's stage_in saw: its arguments, what `script` printed through
+    allocator_command here and remote_command on the nodes, and job_env's entries."""
+
+    def __init__(self, text: str) -> None:
+        head, job_env = text.split("--\n")
+        self.given, self.here, *self.there = head.splitlines()
+        self.job_env = dict(line.partition("=")[::2] for line in job_env.splitlines())
+
+
+def _see_variables(runtime: Runtime, script: str, *run_options: str) -> Seen:
+    """podman run with a stage_in that runs script both ways and keeps job_env."""
+    out = runtime.base / "seen"
+    (runtime.conf_dir / "scrun.lua").write_text(f"""\
+function slurm_scrun_stage_in(id, bundle, spool_dir, config_file, job_id, user_id, group_id, job_env)
+  local script = '{script}'
+  local _, here = slurm.allocator_command(script)
+  local _, there = slurm.remote_command(script)
+  local file = io.open("{out}", "w")
+  file:write(string.format("%s %d %s\\n%s%s--\\n", id, job_id, spool_dir, here, there))
+  for _, entry in ipairs(job_env) do file:write(entry .. "\\n") end
+  file:close()
+  return slurm.SUCCESS
+end
+function slurm_scrun_stage_out() return slurm.SUCCESS end
+return slurm.SUCCESS
+""")
+    _podman_ok(runtime, "run", "--rm", *run_options, IMAGE, "true")
+    return Seen(out.read_text())
+
+
 def test_job_env_holds_the_variables_slurm_makes_for_the_job(
         staged: tuple[Runtime, Path]) -> None:
     """As Slurm's scrun hands them (env_array_for_job): the job's node list, node count,
     partition and name, in job_env and in the environment of scrun.lua's commands; the
     caller's own Slurm settings (SLURM_CONF) are not the job's."""
-    runtime, base = staged
-    out = base / "seen"
-    (runtime.conf_dir / "scrun.lua").write_text(f"""\
-function slurm_scrun_stage_in(id, bundle, spool_dir, config_file, job_id, user_id, group_id, job_env)
-  local script = 'echo "$SLURM_JOB_NODELIST $SLURM_JOB_NUM_NODES $SLURM_JOB_PARTITION"'
-  local _, here = slurm.allocator_command(script)
-  local _, there = slurm.remote_command(script)
-  local file = io.open("{out}", "w")
-  file:write(string.format("%d\\n%s%s", job_id, here, there))
-  for _, entry in ipairs(job_env) do
-    if entry:find("^SLURM") then file:write(entry .. "\\n") end
-  end
-  file:close()
-  return slurm.SUCCESS
-end
-function slurm_scrun_stage_out() return slurm.SUCCESS end
-return slurm.SUCCESS
-""")
-    _podman_ok(runtime, "run", "--rm", "-e", "SCRUN_JOB_NUM_NODES=2", "-e",
-               "SCRUN_PARTITION=other", IMAGE, "true")
-    job_id, here, *rest = out.read_text().splitlines()
-    job_env = dict(line.partition("=")[::2] for line in rest[2:])
+    runtime, _ = staged
+    seen = _see_variables(runtime, 'echo "$SLURM_JOB_NODELIST $SLURM_JOB_NUM_NODES '
+                          '$SLURM_JOB_PARTITION"', "-e", "SCRUN_JOB_NUM_NODES=2",
+                          "-e", "SCRUN_PARTITION=other")
+    job_id = seen.given.split()[1]
     listed = slurm(runtime.slurm_conf.resolve(), "squeue", "-h", "-t", "all", "-j", job_id,
                    "-o", "%N")
     nodes = listed.stdout.strip()
     assert nodes.startswith("n["), listed
-    assert here == f"{nodes} 2 other"
-    assert rest[:2] == [here, here]  # one line from each of the two nodes
+    assert seen.here == f"{nodes} 2 other"
+    assert seen.there == [seen.here, seen.here]  # one line from each of the two nodes
     assert {"SLURM_JOB_ID": job_id, "SLURM_JOB_NODELIST": nodes, "SLURM_JOB_NUM_NODES": "2",
             "SLURM_JOB_PARTITION": "other", "SLURM_JOB_NAME": "scrun"}.items() \
-        <= job_env.items(), job_env
-    assert "SLURM_CONF" not in job_env
+        <= seen.job_env.items(), seen.job_env
+    assert "SLURM_CONF" not in seen.job_env
 
 
 def test_commands_run_with_the_jobs_variables(staged: tuple[Runtime, Path]) -> None:
     """As Slurm's scrun runs them: allocator_command here and remote_command on the
     node see the output variables and the job's id."""
-    runtime, base = staged
-    out = base / "seen"
-    (runtime.conf_dir / "scrun.lua").write_text(f"""\
-function slurm_scrun_stage_in(id, bundle, spool_dir, config_file, job_id, user_id, group_id, job_env)
-  local script = 'echo "$SCRUN_CONTAINER_ID $SLURM_JOB_ID $SCRUN_SPOOL_DIR"'
-  local _, here = slurm.allocator_command(script)
-  local _, there = slurm.remote_command(script)
-  local annotations = ""
-  for _, entry in ipairs(job_env) do
-    if entry:find("^SCRUN_ANNOTATION_") then annotations = annotations .. " " .. entry end
-  end
-  local file = io.open("{out}", "w")
-  file:write(string.format("%s %d %s\\n%s%s%s\\n", id, job_id, spool_dir, here, there,
-                           annotations))
-  file:close()
-  return slurm.SUCCESS
-end
-function slurm_scrun_stage_out() return slurm.SUCCESS end
-return slurm.SUCCESS
-""")
-    _podman_ok(runtime, "run", "--rm", "--annotation", "org.example.tag=v1", IMAGE, "true")
-    given, here, there, annotations = out.read_text().splitlines()
-    assert given.split()[0] and given.split()[1] != "0"
-    assert here == given
-    assert there == given
+    runtime, _ = staged
+    seen = _see_variables(runtime, 'echo "$SCRUN_CONTAINER_ID $SLURM_JOB_ID $SCRUN_SPOOL_DIR"',
+                          "--annotation", "org.example.tag=v1")
+    assert seen.given.split()[0] and seen.given.split()[1] != "0"
+    assert seen.here == seen.given
+    assert seen.there == [seen.given]
     # Slurm's name (the key as given), and one a shell passes on.
-    assert {"SCRUN_ANNOTATION_org.example.tag=v1", "SCRUN_ANNOTATION_ORG_EXAMPLE_TAG=v1"} \
-        <= set(annotations.split())
+    assert {("SCRUN_ANNOTATION_org.example.tag", "v1"),
+            ("SCRUN_ANNOTATION_ORG_EXAMPLE_TAG", "v1")} <= seen.job_env.items()
 
 
 STAGE_FUNCTIONS = """\

@@ -56,9 +56,9 @@ class CreateRequest:
             if entry.startswith("SLURM_JOB_ID="):
                 given = entry.partition("=")[2]
                 if given != environ.get("SLURM_JOB_ID"):
-                    from pyscrun.backends.salloc import job_variables
+                    from pyscrun.backends.salloc import job_variables_in
 
-                    theirs = job_variables(environ).keys() - {"SLURM_CONF"}
+                    theirs = job_variables_in(environ).keys() - {"SLURM_CONF"}
                     environ = {name: value for name, value in environ.items()
                                if name not in theirs}
                 environ["SLURM_JOB_ID"] = given

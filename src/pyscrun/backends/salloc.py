@@ -53,7 +53,7 @@ def _job_named(said: bytes) -> tuple[str, bool]:
     return _number_after(said, _PENDING), False
 
 
-def job_variables(environ: dict[str, str]) -> dict[str, str]:
+def job_variables_in(environ: dict[str, str]) -> dict[str, str]:
     """The job's variables among environ."""
     return {name: value for name, value in environ.items() if name.startswith(_JOB_PREFIXES)}
 
@@ -135,7 +135,7 @@ class HeldAllocation:
         entries = (b"\0" + said).split(b"\0\0", 1)[0].split(b"\0")[1:]
         seen = dict(entry.decode(errors="surrogateescape").partition("=")[::2]
                     for entry in entries)
-        self.variables.update({name: value for name, value in job_variables(seen).items()
+        self.variables.update({name: value for name, value in job_variables_in(seen).items()
                                if self.env.get(name) != value})
         return self.variables
 

@@ -158,7 +158,7 @@ class SlurmBackend(Backend):
         if given:
             # The job's variables are the caller's, as Slurm's scrun scrapes them.
             return Allocation(job_id=given, nodes=[], owned=False,
-                              env={**salloc.job_variables(environ), "SLURM_JOB_ID": given})
+                              env={**salloc.job_variables_in(environ), "SLURM_JOB_ID": given})
         try:
             held = started if isinstance(started, HeldAllocation) else \
                 HeldAllocation.start(_salloc_argv(state.id, options), _env(site), variables)
