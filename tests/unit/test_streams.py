@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import selectors
+import socket
 import threading
 import time
 
@@ -100,3 +101,54 @@ def test_a_slow_reader_slows_the_container_and_loses_nothing() -> None:
 def test_a_runtime_that_copies_the_output_writes_the_connections_themselves() -> None:
     _round_trip(slow_for=0.0, runtime_copies=True)
     _round_trip(slow_for=1.0, runtime_copies=True)
+
+
+def _shared_pipe(parts: list[tuple[int, bytes]], slow_for: float = 0.0) -> list[bytes]:
+    """Two tasks' streams into one pipe (as two tasks' stdout into podman's): each part
+    (task, bytes) sent in turn, 0.1 s apart; the lines the caller reads."""
+    read_end, write_end = os.pipe()
+    sink = Sink(write_end)
+    pairs = [socket.socketpair() for _ in range(2)]
+    movers = [stream_into(sink, ours, lambda: None) for ours, _ in pairs]
+    for mover in movers:
+        mover.thread.start()
+    got = bytearray()
+
+    def read() -> None:
+        time.sleep(slow_for)
+        while data := os.read(read_end, 1 << 16):
+            got.extend(data)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    for task, data in parts:
+        pairs[task][1].sendall(data)
+        time.sleep(0.1)
+    for _, theirs in pairs:
+        theirs.close()
+    for mover in movers:
+        mover.thread.join(30)
+        assert mover.ended
+    sink.close()
+    reader.join(30)
+    os.close(read_end)
+    return bytes(got).splitlines()
+
+
+def test_tasks_sharing_the_callers_output_never_cut_each_other_s_lines() -> None:
+    """As srun's: a line written in parts reaches the caller whole, whatever another
+    task wrote meanwhile; a last line without its newline comes at the stream's end."""
+    lines = _shared_pipe([(0, b"task 0 says a line in "), (1, b"task 1 says one\n"),
+                          (0, b"two parts\ntask 0 ends without a newline")])
+    assert sorted(lines) == [b"task 0 ends without a newline", b"task 0 says a line in two parts",
+                             b"task 1 says one"]
+
+
+def test_tasks_sharing_a_full_pipe_wait_for_the_caller_and_lose_nothing() -> None:
+    """The caller reads only after the pipe has filled: the tasks' whole lines wait
+    for it, every one of them arrives, none cut."""
+    line = {task: f"task {task} ".encode() + b"x" * 200 + b"\n" for task in (0, 1)}
+    parts = [(task, line[task] * 4000) for _ in range(3) for task in (0, 1)]
+    lines = _shared_pipe(parts, slow_for=1.0)
+    assert len(lines) == 24000
+    assert set(lines) == {line[0][:-1], line[1][:-1]}

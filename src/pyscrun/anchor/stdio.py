@@ -12,6 +12,7 @@ task 0's agent takes it.
 from __future__ import annotations
 
 import _socket
+import _thread
 import os
 import select
 import stat
@@ -29,6 +30,9 @@ if TYPE_CHECKING:
 # Bytes of the caller's stdin waiting to reach task 0's agent beyond which the anchor
 # stops reading it.
 HIGH_WATER = 1 << 20
+# A task's line longer than this reaches a shared descriptor in parts: what waits for
+# its newline stays bounded.
+LONGEST_LINE = streams.CHUNK
 
 
 class Sink:
@@ -39,6 +43,10 @@ class Sink:
         self.sock: _socket.socket | None = None
         self.pipe = False  # takes the streams spliced in
         self.gone = False  # its reader is gone: what comes is dropped
+        self.tasks = 0  # the tasks' streams that write here
+        # Held by a stream's thread while it writes whole lines: once several tasks
+        # write here, no task's line is cut by another's, as srun keeps them.
+        self.lines = _thread.allocate_lock()
         mode = os.fstat(fd).st_mode
         if stat.S_ISFIFO(mode):
             # A description of its own: O_NONBLOCK on the caller's would reach
@@ -67,9 +75,12 @@ class Sink:
         poller.register(self.fd, select.POLLOUT)
         return bool(poller.poll(wait * 1000))
 
-    def take_from(self, sock: _socket.socket, stop: Flag) -> bool:
+    def take_from(self, sock: _socket.socket, stop: Flag, pending: bytearray) -> bool:
         """Move what arrived on sock (it was readable) into this descriptor; False at
-        the stream's end."""
+        the stream's end. Shared by several tasks, whole lines only (pending: the
+        stream's line so far)."""
+        if self.tasks > 1:
+            return self._take_lines(sock, stop, pending)
         while self.pipe and not self.gone:
             try:
                 moved = streams.move(sock.fileno(), self.fd)
@@ -87,6 +98,22 @@ class Sink:
         except BlockingIOError:
             return True
         self.write(data, stop)
+        return bool(data)
+
+    def _take_lines(self, sock: _socket.socket, stop: Flag, pending: bytearray) -> bool:
+        """The whole lines of what arrived on sock; a line's start waits for its end
+        (or the stream's, or LONGEST_LINE), as srun's line-buffered output."""
+        try:
+            data = sock.recv(streams.CHUNK)
+        except BlockingIOError:
+            return True
+        pending += data
+        whole = not data or len(pending) >= LONGEST_LINE
+        cut = len(pending) if whole else pending.rfind(b"\n") + 1
+        if cut:
+            with self.lines:
+                self.write(bytes(pending[:cut]), stop)
+            del pending[:cut]
         return bool(data)
 
     def write(self, data: bytes, stop: Flag) -> None:
@@ -121,11 +148,17 @@ class Sink:
             os.close(self.fd)
 
 
-def stream_into(sink: Sink, sock: _socket.socket, on_end: Callable[[], None]) -> streams.Mover:
-    """What arrives on an agent's stream connection, moved into sink by a thread (not
-    started yet); on_end is called in it once the stream has ended."""
+def stream_into(sink: Sink, sock: _socket.socket, on_end: Callable[[], None],
+                task: bool = True) -> streams.Mover:
+    """What arrives on a stream connection (a task's, or the launcher's own output),
+    moved into sink by a thread (not started yet); on_end is called in it once the
+    stream has ended."""
     sock.setblocking(False)
-    return streams.Mover(sock.fileno(), sock, lambda stop: sink.take_from(sock, stop), on_end)
+    if task:
+        sink.tasks += 1
+    pending = bytearray()
+    return streams.Mover(sock.fileno(), sock, lambda stop: sink.take_from(sock, stop, pending),
+                         on_end)
 
 
 class CallerStdio:
@@ -142,7 +175,7 @@ class CallerStdio:
     def take(self, sock: _socket.socket, kind: int, launcher: bool = False) -> None:
         """A task's output stream (kind: frames.STDOUT or STDERR), or the launcher's
         own output of that kind, from now on."""
-        stream = stream_into(self.sinks[kind], sock, self._wake)
+        stream = stream_into(self.sinks[kind], sock, self._wake, task=not launcher)
         self.streams.append(stream)
         if launcher:
             self.launcher_streams.append(stream)
