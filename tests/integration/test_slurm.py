@@ -103,6 +103,16 @@ def test_labelled_output_is_srun_s(users_slurm_runtime: Runtime) -> None:
     assert sorted(done.stderr.decode().splitlines()) == ["0: err", "1: err"]
 
 
+def test_tasks_lines_reach_podman_whole_as_srun_gives_them(users_slurm_runtime: Runtime) -> None:
+    """Without labels too: task 1's line, written while task 0's is half written, does
+    not cut it (srun's output is line-buffered)."""
+    done = podman(users_slurm_runtime, "run", "--rm", "-e", "SCRUN_NTASKS=2", IMAGE, "sh", "-c",
+                  "if [ $SLURM_PROCID = 0 ]; then printf 'task 0 half, '; sleep 0.6; "
+                  "echo 'other half'; else sleep 0.3; echo 'task 1 line'; fi")
+    assert done.returncode == 0, done.stderr
+    assert sorted(done.stdout.decode().splitlines()) == ["task 0 half, other half", "task 1 line"]
+
+
 def test_job_options_reach_the_job_record(users_slurm_runtime: Runtime) -> None:
     done = podman(users_slurm_runtime, "run", "--rm", "-e", "SCRUN_TIMELIMIT=1", "-e",
                   "SCRUN_PARTITION=other", "-e", "SCRUN_JOB_NAME=named-by-test", "-e",
