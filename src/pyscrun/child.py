@@ -34,11 +34,11 @@ INTERRUPT_GRACE = 2.0
 LEFT_RUNNING_GRACE = 0.01
 # A bound command runs as `sh -c _BOUND sh argv...`, its stdin a pipe whose write end
 # this process alone holds. The shell forks a guard into the command's process group,
-# then becomes the command (its pid, its exit status). End of file on the pipe (this
-# process died, SIGKILL included) has the guard kill the group. prctl's PR_SET_PDEATHSIG would need
-# code between fork and exec, which posix_spawn lacks, and would end the command alone,
-# not what it started.
-_BOUND = ('exec 3<&0 </dev/null; { read -r _ <&3 || kill -s KILL 0; } >/dev/null 2>&1 & '
+# then becomes the command (its pid, its exit status). The pipe's end (this process
+# died, SIGKILL included) has the guard kill the group. prctl's PR_SET_PDEATHSIG would
+# need code between fork and exec, which posix_spawn lacks, and would end the command
+# alone, not what it started.
+_BOUND = ('exec 3<&0 </dev/null; { read -r _ <&3; kill -s KILL 0; } >/dev/null 2>&1 & '
           'exec 3<&- "$@"')
 
 
