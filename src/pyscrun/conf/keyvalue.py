@@ -1,8 +1,11 @@
 """The slurm.conf-style `Key=Value` format shared by oci.conf and pyscrun.conf.
 
-Keys are case-insensitive, `#` starts a comment outside quotes, several pairs may share
-a line, spaces may stand around `=`, a backslash at the end of a line continues it on the
-next, and values may be double-quoted (with backslash escaping a quote or backslash).
+Read as Slurm's parser (parse_config.c) reads its files: keys are case-insensitive,
+several pairs may share a line, spaces may stand around `=`, values may be
+double-quoted, and a backslash escapes the character after it (`\\#` is `#`, `\\\\` a
+backslash, `\\.` a dot). A `#` no backslash escapes starts a comment (within quotes
+too, in Slurm; here a quoted `#` is the value's); an odd number of backslashes ending
+what is left of a line continues it on the next.
 """
 
 from __future__ import annotations
@@ -11,24 +14,23 @@ from pyscrun.errors import ConfigError
 
 
 def _scan_value(line: str, pos: int, where: str) -> tuple[str, int]:
-    if pos < len(line) and line[pos] == '"':
-        out = []
+    """The value at pos (comments already cut) and where it ends."""
+    quoted = pos < len(line) and line[pos] == '"'
+    out = []
+    pos += quoted
+    while pos < len(line):
+        char = line[pos]
+        if char == "\\" and pos + 1 < len(line):
+            out.append(line[pos + 1])
+            pos += 2
+            continue
+        if (char == '"') if quoted else char.isspace():
+            return "".join(out), pos + quoted
+        out.append(char)
         pos += 1
-        while pos < len(line):
-            char = line[pos]
-            if char == "\\" and pos + 1 < len(line) and line[pos + 1] in '"\\':
-                out.append(line[pos + 1])
-                pos += 2
-                continue
-            if char == '"':
-                return "".join(out), pos + 1
-            out.append(char)
-            pos += 1
+    if quoted:
         raise ConfigError(f"{where}: unterminated quote")
-    end = pos
-    while end < len(line) and not line[end].isspace() and line[end] != "#":
-        end += 1
-    return line[pos:end], end
+    return "".join(out), pos
 
 
 def parse(text: str, source: str) -> list[tuple[str, str, int]]:
@@ -40,10 +42,10 @@ def parse(text: str, source: str) -> list[tuple[str, str, int]]:
         while True:
             while pos < len(line) and line[pos].isspace():
                 pos += 1
-            if pos >= len(line) or line[pos] == "#":
+            if pos >= len(line):
                 break
             key_start = pos
-            while pos < len(line) and not line[pos].isspace() and line[pos] not in "=#":
+            while pos < len(line) and not line[pos].isspace() and line[pos] != "=":
                 pos += 1
             key_end, pos = pos, _after_spaces(line, pos)
             if key_end == key_start or pos >= len(line) or line[pos] != "=":
@@ -52,7 +54,7 @@ def parse(text: str, source: str) -> list[tuple[str, str, int]]:
                 )
             key = line[key_start:key_end]
             value, pos = _scan_value(line, _after_spaces(line, pos + 1), where)
-            if pos < len(line) and not line[pos].isspace() and line[pos] != "#":
+            if pos < len(line) and not line[pos].isspace():
                 raise ConfigError(f"{where}: unexpected text after the value of {key}")
             pairs.append((key, value, number))
     return pairs
@@ -65,21 +67,42 @@ def _after_spaces(line: str, pos: int) -> int:
 
 
 def _joined_lines(text: str) -> list[tuple[int, str]]:
-    """(number of its first line, text) of each logical line: a line ending in a
-    backslash goes on with the next, as in Slurm's files."""
+    """(number of its first line, text without comments) of each logical line, as
+    Slurm joins them: a line whose text ends (spaces aside) in an odd number of
+    backslashes goes on with the next, the last of them and what follows it dropped."""
     joined: list[tuple[int, str]] = []
     continued = False
     for number, line in enumerate(text.splitlines(), 1):
+        line = _without_comment(line)
+        ending = line.rstrip()
+        backslashes = len(ending) - len(ending.rstrip("\\"))
+        going_on = backslashes % 2 == 1
+        if going_on:
+            line = ending[:-1]
         if continued:
             first, before = joined[-1]
             joined[-1] = (first, before + line)
         else:
             joined.append((number, line))
-        continued = line.endswith("\\") and not line.lstrip().startswith("#")
-        if continued:
-            first, before = joined[-1]
-            joined[-1] = (first, before[:-1])
+        continued = going_on
     return joined
+
+
+def _without_comment(line: str) -> str:
+    """line up to its first `#` neither escaped nor quoted."""
+    quoted = False
+    pos = 0
+    while pos < len(line):
+        char = line[pos]
+        if char == "\\":
+            pos += 2
+            continue
+        if char == '"' and (quoted or line[:pos].rstrip().endswith("=")):
+            quoted = not quoted  # a value's quotes: a quote within a word opens none
+        elif char == "#" and not quoted:
+            return line[:pos]
+        pos += 1
+    return line
 
 
 def read_text(path: str) -> str:
