@@ -156,31 +156,36 @@ def test_path_patterns_expand_as_they_are() -> None:
     assert patterns.expand_path("/spool-%s.%t", values) == "/spool-2.3"
 
 
-def test_backslashes_and_comments_read_as_slurm_reads_them() -> None:
-    """parse_config.c: a backslash escapes the character after it, quoted or not (a
-    site's `\\.` in a pattern is a dot there, `\\\\.` a backslash and a dot); an escaped
-    `#` starts no comment; an odd number of backslashes ending a line's text (spaces and
-    a comment aside) continues it, an even number is the value's."""
-    text = ('EnvExclude="^X\\.Y=" RunTimeEnvExclude="^A\\\\.B="\n'
-            "SrunPath=/opt/s\\#1/srun # the site's srun\n"
-            "SrunArgs=--a \\  # continued, the comment aside\n"
-            "  StartRegex=x\\\\\n"
-            'A=x"y # a quote within a word opens nothing\n')
-    assert keyvalue.parse(text, "oci.conf") == [
-        ("EnvExclude", "^X.Y=", 1), ("RunTimeEnvExclude", "^A\\.B=", 1),
-        ("SrunPath", "/opt/s#1/srun", 2), ("SrunArgs", "--a", 3), ("StartRegex", "x\\", 3),
-        ("A", 'x"y', 5)]
+# As Slurm's parser reads its files (parse_config.c).
+SLURM_FILES = {
+    "spaces around the equals sign, continued lines": (
+        'RunTimeRun = "runc run %n.%u.%j.%s.%t \\\n'
+        '  -b %b"\n'
+        "RunTimeKill =runc\n"
+        'RunTimeDelete= "runc delete"\\\n'
+        " SrunPath=/usr/bin/srun\n"
+        "# a comment ending in a backslash continues nothing \\\n"
+        "SrunArgs=--exclusive\n",
+        [("RunTimeRun", "runc run %n.%u.%j.%s.%t   -b %b", 1), ("RunTimeKill", "runc", 3),
+         ("RunTimeDelete", "runc delete", 4), ("SrunPath", "/usr/bin/srun", 4),
+         ("SrunArgs", "--exclusive", 7)]),
+    # A backslash escapes the character after it, quoted or not (a site's `\\.` in a
+    # pattern is a dot, `\\\\.` a backslash and a dot); an escaped `#` starts no comment;
+    # an odd number of backslashes ending a line's text (spaces and a comment aside)
+    # continues it, an even number is the value's.
+    "backslashes and comments": (
+        'EnvExclude="^X\\.Y=" RunTimeEnvExclude="^A\\\\.B="\n'
+        "SrunPath=/opt/s\\#1/srun # the site's srun\n"
+        "SrunArgs=--a \\  # continued, the comment aside\n"
+        "  StartRegex=x\\\\\n"
+        'A=x"y # a quote within a word opens nothing\n',
+        [("EnvExclude", "^X.Y=", 1), ("RunTimeEnvExclude", "^A\\.B=", 1),
+         ("SrunPath", "/opt/s#1/srun", 2), ("SrunArgs", "--a", 3), ("StartRegex", "x\\", 3),
+         ("A", 'x"y', 5)]),
+}
 
 
-def test_spaces_around_the_equals_sign_and_continued_lines_read_as_slurm_does() -> None:
-    text = ('RunTimeRun = "runc run %n.%u.%j.%s.%t \\\n'
-            '  -b %b"\n'
-            "RunTimeKill =runc\n"
-            'RunTimeDelete= "runc delete"\\\n'
-            " SrunPath=/usr/bin/srun\n"
-            "# a comment ending in a backslash continues nothing \\\n"
-            "SrunArgs=--exclusive\n")
-    assert keyvalue.parse(text, "oci.conf") == [
-        ("RunTimeRun", "runc run %n.%u.%j.%s.%t   -b %b", 1), ("RunTimeKill", "runc", 3),
-        ("RunTimeDelete", "runc delete", 4), ("SrunPath", "/usr/bin/srun", 4),
-        ("SrunArgs", "--exclusive", 7)]
+@pytest.mark.parametrize("case", SLURM_FILES)
+def test_files_read_as_slurm_reads_them(case: str) -> None:
+    text, pairs = SLURM_FILES[case]
+    assert keyvalue.parse(text, "oci.conf") == pairs
