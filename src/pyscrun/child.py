@@ -64,13 +64,7 @@ class Child:
 
     def ended_within(self, timeout: float) -> bool:
         """Whether it ends within timeout seconds (it is not reaped)."""
-        if self.returncode is not None:
-            return True
-        pidfd = os.pidfd_open(self.pid)
-        try:
-            return bool(select.select([pidfd], [], [], timeout)[0])
-        finally:
-            os.close(pidfd)
+        return self.returncode is not None or ends_within(self.pid, timeout)
 
     def _reap(self, options: int) -> None:
         try:
@@ -104,6 +98,15 @@ def spawn(argv: list[str], env: Mapping[str, str],
                            setsigdef=_DEFAULT_IN_CHILD, setpgroup=0))
     return Child(start(argv[0], argv, env, file_actions=actions, setsigdef=_DEFAULT_IN_CHILD,
                        setsid=new_session))
+
+
+def ends_within(pid: int, timeout: float) -> bool:
+    """Whether the child pid ends within timeout seconds (it is not reaped)."""
+    pidfd = os.pidfd_open(pid)
+    try:
+        return bool(select.select([pidfd], [], [], timeout)[0])
+    finally:
+        os.close(pidfd)
 
 
 def _inheritable() -> list[int]:

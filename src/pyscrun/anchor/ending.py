@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import _signal  # type: ignore[import-not-found]
 import os
-import select
 import time
 
 from pyscrun import log
 from pyscrun.anchor.launch import Launch
+from pyscrun.child import ends_within
 from pyscrun.errors import ScrunError
 from pyscrun.oci.state import CREATED, STOPPED, shell_status, wait_reaped
 from pyscrun.watch import watch
@@ -166,12 +166,8 @@ class Ending(Launch):
         """The step ends by itself within STEP_END_GRACE or its launcher is killed: no
         step of the container's outlives its job."""
         assert self.step is not None
-        pidfd = os.pidfd_open(self.step.pid)
-        try:
-            if not select.select([pidfd], [], [], STEP_END_GRACE)[0]:
-                self._force_stop()
-        finally:
-            os.close(pidfd)
+        if not ends_within(self.step.pid, STEP_END_GRACE):
+            self._force_stop()
         self.step_status = wait_status(self.step.pid)
 
 

@@ -17,6 +17,7 @@ import time
 
 from pyscrun import log
 from pyscrun.backends.base import start_command
+from pyscrun.child import ends_within
 from pyscrun.errors import BackendError
 
 # salloc's words that name the job; the job's number follows.
@@ -241,13 +242,7 @@ class HeldAllocation:
         if self.returncode is not None:
             return True
         if timeout:
-            import select
-
-            pidfd = os.pidfd_open(self.pid)
-            try:
-                select.select([pidfd], [], [], timeout)
-            finally:
-                os.close(pidfd)
+            ends_within(self.pid, timeout)
         if not self._reaped(os.WNOHANG if timeout is not None else 0) and timeout:
             os.kill(self.pid, _SIGKILL)
             self.killed = True
