@@ -38,7 +38,10 @@ def load(tmp_path: Path, text: str, runner: lua.CommandRunner, interrupt_fd: int
          ) -> lua.ScrunLua:
     script = tmp_path / "scrun.lua"
     script.write_text(text)
-    return lua.load(script, runner, "/b", "/b/rootfs", runner, interrupt_fd=interrupt_fd)
+    hooks = lua.load(script, runner, "/b", "/b/rootfs", runner)
+    # As the anchor binds a script create loaded to its self-pipe.
+    hooks.bind(runner, runner, interrupt_fd)
+    return hooks
 
 
 def test_an_interrupted_command_fails_the_stage_at_its_line(tmp_path: Path) -> None:

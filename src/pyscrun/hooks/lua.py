@@ -77,11 +77,11 @@ class ScrunLua:
 
     def __init__(self, path: Path, remote_command: CommandRunner, bundle: str,
                  root_path: str, allocator_command: CommandRunner,
-                 cluster_name: str | None, interrupt_fd: int = -1) -> None:
+                 cluster_name: str | None) -> None:
         self.path = path
         self.remote_command = remote_command
         self.allocator_command = allocator_command
-        self.interrupt_fd = interrupt_fd
+        self.interrupt_fd = -1  # the anchor's self-pipe, once bound
         # What a signal interrupted in the current call: it fails, whatever the script
         # does with the error.
         self.interrupted: Interrupted | None = None
@@ -283,19 +283,18 @@ def _as_int(number: Any) -> int:
 
 def load(path: Path, remote_command: CommandRunner, bundle: str, root_path: str,
          allocator_command: CommandRunner | None = None,
-         cluster_name: str | None = None, interrupt_fd: int = -1) -> ScrunLua:
+         cluster_name: str | None = None) -> ScrunLua:
     """The script at path, loaded and checked. Its commands: remote_command on the job's
     nodes, allocator_command here (by default a shell with this process's environment);
     slurm.CLUSTER_NAME is cluster_name (nil for None, as Slurm's without one).
 
-    interrupt_fd: a self-pipe of the anchor's (selfpipe.catch). A signal arriving there
-    fails the script's call, as HookError: the commands raise Interrupted (the runners
-    end theirs on it), and the script itself does where it runs on without one."""
+    Once bound to a self-pipe of the anchor's (bind, selfpipe.catch), a signal arriving
+    there fails the script's call, as HookError: the commands raise Interrupted (the
+    runners end theirs on it), and the script itself does where it runs on without one."""
     if allocator_command is None:
         from pyscrun.shell import run_shell
 
         allocator_command = run_shell
-    hooks = ScrunLua(path, remote_command, bundle, root_path, allocator_command, cluster_name,
-                     interrupt_fd)
+    hooks = ScrunLua(path, remote_command, bundle, root_path, allocator_command, cluster_name)
     hooks._load()
     return hooks

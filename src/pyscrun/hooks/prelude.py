@@ -2,7 +2,7 @@
 
 Run once per Lua state with (script name, Python callbacks, json.null, the constants
 of constants.py, CLUSTER_NAME or nil, how many instructions between two looks for a
-signal or 0 for none). It mirrors Slurm's src/lua/slurm_lua.c and
+signal). It mirrors Slurm's src/lua/slurm_lua.c and
 src/scrun/lua.c where scripts can tell:
 
 - Slurm's C functions read their argument from the top of the Lua stack, the last
