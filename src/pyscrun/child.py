@@ -81,11 +81,12 @@ class Child:
 def spawn(argv: list[str], env: Mapping[str, str],
           stdio: tuple[int | None, int | None, int | None] = (None, None, None),
           pass_fds: Iterable[int] = (), new_session: bool = False,
-          own_group: bool = False) -> Child:
+          group: int | None = None) -> Child:
     """Start argv (its program by path, or by name looked up in this process's PATH)
     with env; stdio: the descriptors to give it as 0, 1 and 2 (each 3 or above; None:
     this process's own); pass_fds: descriptors it keeps as they are; new_session: in a
-    session of its own; own_group: in a process group of its own (in this session)."""
+    session of its own; group: in that process group of this session (0: one of its
+    own; None: this process's)."""
     kept = set(pass_fds)
     actions: list[tuple[int, ...]] = [
         (os.POSIX_SPAWN_DUP2, fd, target) for target, fd in enumerate(stdio) if fd is not None]
@@ -93,9 +94,9 @@ def spawn(argv: list[str], env: Mapping[str, str],
     actions += [(os.POSIX_SPAWN_DUP2, fd, fd) for fd in sorted(kept)]
     actions += [(os.POSIX_SPAWN_CLOSE, fd) for fd in _inheritable() if fd not in kept]
     start = os.posix_spawn if "/" in argv[0] else os.posix_spawnp
-    if own_group and not new_session:
+    if group is not None and not new_session:
         return Child(start(argv[0], argv, env, file_actions=actions,
-                           setsigdef=_DEFAULT_IN_CHILD, setpgroup=0))
+                           setsigdef=_DEFAULT_IN_CHILD, setpgroup=group))
     return Child(start(argv[0], argv, env, file_actions=actions, setsigdef=_DEFAULT_IN_CHILD,
                        setsid=new_session))
 
@@ -145,7 +146,7 @@ def run(argv: list[str], env: Mapping[str, str], timeout: float | None,
         stdin, guard = os.pipe()
         argv = ["/bin/sh", "-c", _BOUND, "sh", *argv]
     try:
-        child = spawn(argv, env, (stdin, out_write, err_write), pass_fds, own_group=True)
+        child = spawn(argv, env, (stdin, out_write, err_write), pass_fds, group=0)
     except BaseException:
         for fd in (out_read, err_read, guard):
             _close(fd)

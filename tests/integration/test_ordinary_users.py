@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -35,6 +36,7 @@ from tests.integration.harness import (
     slurm,
     wait_for,
 )
+from tests.integration.reliability import job_state
 from tests.integration.terminal import at_a_terminal
 
 NODES = 3
@@ -144,6 +146,35 @@ def test_a_container_in_the_users_own_allocation(slurm_user: Runtime) -> None:
     inner = [line.split("=")[1] for line in said.split() if line.startswith("job=")]
     outer = [line.split("=")[1] for line in said.split() if line.startswith("outer=")]
     assert inner and inner == outer, said
+
+
+def test_a_queued_job_leaves_the_queue_when_its_anchor_is_killed_outright(
+        slurm_user: Runtime) -> None:
+    """The container waits in the queue behind a held job of the user's. Its anchor
+    killed with SIGKILL runs no clean-up of its own, and with its conmon stopped,
+    podman's clean-up cannot come: the job is withdrawn all the same."""
+    env = {"SLURM_CONF": str(slurm_user.slurm_conf)}
+    held = slurm_user.account.run(["sbatch", "--hold", "--parsable", "--output=/dev/null",
+                                   "--wrap", "true"], env=env)
+    assert held.returncode == 0, held.stderr.decode()
+    held_job = held.stdout.decode().strip().split(";")[0]
+    cid = podman_ok(slurm_user, "run", "-d", "-e", f"SCRUN_DEPENDENCY=afterok:{held_job}",
+                    IMAGE, "true")
+    conmon = int(podman_ok(slurm_user, "inspect", "-f", "{{.State.ConmonPid}}", cid))
+    os.kill(conmon, signal.SIGSTOP)
+    try:
+        queue = slurm(slurm_user.slurm_conf, "squeue", "-h", "-u", USER, "-t", "PD",
+                      "-o", "%i").stdout.split()
+        waiting = [job for job in queue if job != held_job]
+        assert len(waiting) == 1, queue
+        os.kill(slurm_user.anchor_pid(cid), signal.SIGKILL)
+        wait_for(lambda: job_state(slurm_user.slurm_conf, waiting[0]) in ("", "CANCELLED"),
+                 10, "the queued job to be withdrawn")
+    finally:
+        os.kill(conmon, signal.SIGCONT)
+        removed = podman(slurm_user, "rm", "-f", cid)
+        slurm(slurm_user.slurm_conf, "scancel", held_job)
+    assert removed.returncode == 0, removed.stderr.decode()
 
 
 def test_checkpoint_of_an_ordinary_users_container_says_why_not(local_user: Runtime) -> None:

@@ -54,9 +54,12 @@ def _withdrawn(conf: Path, job: str, since: float) -> None:
     assert time.monotonic() - since < WITHDRAWN_WITHIN
 
 
-@pytest.mark.parametrize("how", ["SIGTERM to the anchor", "delete --force"])
+@pytest.mark.parametrize("how", ["SIGTERM to the anchor", "SIGKILL to the anchor",
+                                 "delete --force"])
 def test_create_of_a_queued_job_returns_and_giving_up_withdraws_it(
         slurm_runtime: Runtime, held_job: str, tmp_path: Path, how: str) -> None:
+    """SIGKILL runs none of the anchor's clean-up: the job is withdrawn all the same,
+    before podman's clean-up (delete) comes, if it ever does."""
     conf = slurm_runtime.slurm_conf.resolve()
     bundle = make_bundle(tmp_path, ["true"])
     said = tmp_path / "create.err"
@@ -69,14 +72,15 @@ def test_create_of_a_queued_job_returns_and_giving_up_withdraws_it(
     job = _queued_job(said)
     assert job_state(conf, job) == "PENDING"
     started = time.monotonic()
-    if how == "SIGTERM to the anchor":
-        os.kill(slurm_runtime.anchor_pid("q1"), signal.SIGTERM)
-        wait_for(lambda: '"stopped"' in slurm_runtime.scrun("state", "q1").stdout, 10, "stopped")
-        assert slurm_runtime.scrun("delete", "q1").returncode == 0
-    else:
+    if how == "delete --force":
         deleted = slurm_runtime.scrun("delete", "--force", "q1")
         assert deleted.returncode == 0, deleted.stderr
-    _withdrawn(conf, job, started)
+        _withdrawn(conf, job, started)
+    else:
+        os.kill(slurm_runtime.anchor_pid("q1"), getattr(signal, how.split()[0]))
+        _withdrawn(conf, job, started)
+        wait_for(lambda: '"stopped"' in slurm_runtime.scrun("state", "q1").stdout, 10, "stopped")
+        assert slurm_runtime.scrun("delete", "q1").returncode == 0
     assert not (slurm_runtime.root / "q1").exists()
 
 

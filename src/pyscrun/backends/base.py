@@ -23,13 +23,13 @@ def command_missing(err: FileNotFoundError, argv: list[str]) -> BackendError:
 
 def start_command(argv: list[str], env: Mapping[str, str],
                   stdio: tuple[int | None, int | None, int | None],
-                  new_session: bool = False) -> int:
+                  new_session: bool = False, group: int | None = None) -> int:
     """A scheduler's command started as the real user (identity.as_real_user) through
-    posix_spawn, with stdio as child.spawn takes it: its pid. BackendError, in one
+    posix_spawn, with stdio, session and group as child.spawn takes them: its pid. BackendError, in one
     line, if it cannot start."""
     spawned = identity.as_real_user(argv)
     try:
-        return child.spawn(spawned, env, stdio, new_session=new_session).pid
+        return child.spawn(spawned, env, stdio, new_session=new_session, group=group).pid
     except FileNotFoundError as err:
         raise command_missing(err, argv) from None
     except OSError as err:

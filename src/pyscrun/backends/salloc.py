@@ -3,7 +3,8 @@
 salloc runs `cat` (on this host) with its stdin a pipe only the anchor holds. Closing
 the pipe ends `cat`, and salloc then completes the job (state COMPLETED, not CANCELLED).
 The anchor dying, even by SIGKILL, closes the pipe as well: the job ends with it in
-every state, created included.
+every state, created included. A job still queued then is withdrawn at once by its
+guard (_GUARD), not left to be granted first.
 
 Where scrun.lua wants the job's variables, `cat` comes after `env`: salloc gives its
 command the variables Slurm makes for a job (env_array_for_job, the node list and
@@ -17,7 +18,7 @@ import time
 
 from pyscrun import log
 from pyscrun.backends.base import start_command
-from pyscrun.child import ends_within
+from pyscrun.child import Child, ends_within, spawn
 from pyscrun.errors import BackendError
 
 # salloc's words that name the job; the job's number follows.
@@ -38,6 +39,11 @@ VARIABLES_TIMEOUT = 10.0
 # env_array_merge_slurm_spank).
 _JOB_PREFIXES = ("SLURM", "_SLURM_SPANK_OPTION_")
 _SIGINT, _SIGKILL = 2, 9
+# A queued job's guard, in salloc's process group, its stdin a pipe whose write end
+# the anchor alone holds. The pipe's end (the anchor died, SIGKILL included) has it
+# send SIGINT to the group: salloc withdraws the job, as on withdraw. While it lives
+# the group's id (salloc's pid) cannot be reused, so the signal finds no stranger.
+_GUARD = ["/bin/sh", "-c", "read -r _; kill -s INT 0"]
 
 
 def _number_after(said: bytes, words: bytes) -> str:
@@ -70,7 +76,7 @@ def _spawn(argv: list[str], env: dict[str, str], with_stdout: bool,
     stdout_read, stdout_write = os.pipe() if with_stdout else (-1, os.open(os.devnull,
                                                                            os.O_WRONLY))
     try:
-        pid = start_command(argv, env, (stdin_read, stdout_write, stderr_write))
+        pid = start_command(argv, env, (stdin_read, stdout_write, stderr_write), group=0)
     except BackendError:
         for fd in (stdin_write, stderr_read, stdout_read):
             if fd >= 0:
@@ -96,6 +102,7 @@ class HeldAllocation:
         self.granted = False
         self.said = b""  # salloc's stderr so far
         self.killed = False  # salloc had to be killed: its job may still be held
+        self.guard: tuple[Child, int] | None = None  # while queued: _GUARD, its pipe
 
     @classmethod
     def start(cls, argv: list[str], env: dict[str, str], variables: bool = False,
@@ -182,8 +189,32 @@ class HeldAllocation:
             return
         if job_id and not self.job_id:
             self.job_id = job_id
+            self._guard()
             log.current.info(f"job {self.job_id} queued and waiting for resources")
             log.tell_caller(f"scrun: job {self.job_id} queued and waiting for resources")
+
+    def _guard(self) -> None:
+        """The queued job withdrawn if the anchor dies (_GUARD); without a guard (it
+        cannot start), it is given back once granted, as before it was queued."""
+        read_end, write_end = os.pipe()
+        null = os.open(os.devnull, os.O_WRONLY)
+        try:
+            self.guard = spawn(_GUARD, {}, (read_end, null, null), group=self.pid), write_end
+        except OSError as err:
+            os.close(write_end)
+            log.current.error(f"job {self.job_id}: no guard to withdraw it if this "
+                              f"process dies: {err.strerror}")
+        finally:
+            os.close(read_end)
+            os.close(null)
+
+    def _unguard(self) -> None:
+        """salloc has ended: its guard ends too (its SIGINT reaches itself alone)."""
+        if self.guard:
+            guard, write_end = self.guard
+            self.guard = None
+            os.close(write_end)
+            guard.wait()
 
     def withdraw(self) -> bool:
         """End a salloc whose job is still queued: on SIGINT it withdraws the job.
@@ -255,9 +286,11 @@ class HeldAllocation:
             pid, status = os.waitpid(self.pid, flags)
         except ChildProcessError:
             self.returncode = 255  # reaped already: its status is lost, not its end
+            self._unguard()
             return True
         if pid:
             self.returncode = os.waitstatus_to_exitcode(status)
+            self._unguard()
         return bool(pid)
 
     def _rest_of_stderr(self) -> bytes:
