@@ -214,3 +214,38 @@ def _children(pid: int) -> list[int]:
             return [int(word) for word in children.read().split()]
     except OSError:
         return []
+
+
+def _group(pgid: int) -> list[str]:
+    """The command lines of the processes of process group pgid."""
+    listed = subprocess.run(["pgrep", "-a", "-g", str(pgid)], capture_output=True,
+                            text=True, check=False)
+    return listed.stdout.splitlines()
+
+
+def test_a_queued_jobs_guard_goes_once_the_job_is_granted(
+        slurm_runtime: Runtime, held_job: str) -> None:
+    """While the job waits, a guard in salloc's process group stands ready to withdraw
+    it should the anchor die; once the job is granted it goes, quietly (no SIGINT: a
+    granted job is given back by `cat`'s end alone), and the job runs on."""
+    from pyscrun.backends.salloc import HeldAllocation
+
+    conf = slurm_runtime.slurm_conf.resolve()
+    held = HeldAllocation.start(["salloc", "--job-name=pyscrun-guarded", "--nodes=1",
+                                 f"--dependency=afterok:{held_job}"],
+                                {**os.environ, "SLURM_CONF": str(conf)})
+    try:
+        held.await_job(30, queued_is_enough=True)
+        assert not held.granted
+        assert any("kill -s INT 0" in line for line in _group(held.pid)), _group(held.pid)
+        assert slurm(conf, "scontrol", "release", held_job).returncode == 0
+        held.await_job(30)
+        assert held.granted
+        assert job_state(conf, held.job_id) == "RUNNING"
+        assert [line for line in _group(held.pid) if "kill -s INT 0" in line] == []
+        time.sleep(0.5)  # a SIGINT to salloc would have ended the job by now
+        assert job_state(conf, held.job_id) == "RUNNING"
+        assert held.release()
+    finally:
+        if held.returncode is None:
+            held.abandon()

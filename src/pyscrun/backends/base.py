@@ -25,8 +25,8 @@ def start_command(argv: list[str], env: Mapping[str, str],
                   stdio: tuple[int | None, int | None, int | None],
                   new_session: bool = False, group: int | None = None) -> int:
     """A scheduler's command started as the real user (identity.as_real_user) through
-    posix_spawn, with stdio, session and group as child.spawn takes them: its pid. BackendError, in one
-    line, if it cannot start."""
+    posix_spawn, with stdio, session and group as child.spawn takes them: its pid.
+    BackendError, in one line, if it cannot start."""
     spawned = identity.as_real_user(argv)
     try:
         return child.spawn(spawned, env, stdio, new_session=new_session, group=group).pid

@@ -40,10 +40,12 @@ VARIABLES_TIMEOUT = 10.0
 _JOB_PREFIXES = ("SLURM", "_SLURM_SPANK_OPTION_")
 _SIGINT, _SIGKILL = 2, 9
 # A queued job's guard, in salloc's process group, its stdin a pipe whose write end
-# the anchor alone holds. The pipe's end (the anchor died, SIGKILL included) has it
-# send SIGINT to the group: salloc withdraws the job, as on withdraw. While it lives
-# the group's id (salloc's pid) cannot be reused, so the signal finds no stranger.
-_GUARD = ["/bin/sh", "-c", "read -r _; kill -s INT 0"]
+# the anchor alone holds. The pipe's end without a line (the anchor died, SIGKILL
+# included) has it send SIGINT to the group: salloc withdraws the job, as on withdraw.
+# A line (the job granted, or salloc ended) ends it quietly: a granted job is given
+# back by `cat`'s end, which a SIGINT racing it can leave salloc hung on (22.05).
+# While it lives the group's id (salloc's pid) cannot be reused: no stranger is hit.
+_GUARD = ["/bin/sh", "-c", "read -r _ || kill -s INT 0"]
 
 
 def _number_after(said: bytes, words: bytes) -> str:
@@ -186,6 +188,7 @@ class HeldAllocation:
         job_id, granted = _job_named(self.said)
         if granted:
             self.job_id, self.granted = job_id, True
+            self._unguard()
             return
         if job_id and not self.job_id:
             self.job_id = job_id
@@ -209,10 +212,14 @@ class HeldAllocation:
             os.close(null)
 
     def _unguard(self) -> None:
-        """salloc has ended: its guard ends too (its SIGINT reaches itself alone)."""
+        """The job granted, or salloc ended: its guard told so, and ended."""
         if self.guard:
             guard, write_end = self.guard
             self.guard = None
+            try:
+                os.write(write_end, b"\n")
+            except OSError:
+                pass  # the guard is gone already
             os.close(write_end)
             guard.wait()
 
