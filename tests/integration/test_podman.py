@@ -59,7 +59,10 @@ def test_stop_kills_a_process_ignoring_sigterm_after_the_timeout(runtime: Runtim
     done = podman(runtime, "stop", "-t", "2", name)
     elapsed = time.monotonic() - started
     assert done.returncode == 0, done.stderr
-    assert 2 <= elapsed < 15
+    # Seen once in ~50 runs (podman 5, local/run): stop returned at once. Say how the
+    # container had ended, should it happen again.
+    assert 2 <= elapsed < 15, (elapsed, _exit_code(runtime, name), done.stderr,
+                               podman(runtime, "logs", name).stderr, runtime.log_errors())
     assert _exit_code(runtime, name) == 137
     assert podman(runtime, "rm", name).returncode == 0
 
