@@ -97,6 +97,20 @@ verify() {
     [[ $out == *hi ]] || die "rootless podman as $user printed '$out', not hi"
 }
 
+# pause_pid USER: the pid of the pause process that holds USER's rootless podman
+# namespaces (podman starts it at its first run and leaves it running), or 0.
+pause_pid() {
+    local uid pid
+    uid="$(id -u "$1")"
+    pid="$(cat "/run/user/$uid/libpod/tmp/pause.pid" 2>/dev/null)" || { echo 0; return; }
+    if [[ $pid =~ ^[0-9]+$ && -d /proc/$pid && $(stat -c %u "/proc/$pid") == "$uid" &&
+        $(cat "/proc/$pid/comm") == podman* ]]; then
+        echo "$pid"
+    else
+        echo 0
+    fi
+}
+
 # reachable: every directory above the checkout lets others through, so that the
 # users can run its venv's scrun.
 reachable() {
@@ -111,14 +125,20 @@ reachable() {
 }
 
 main() {
-    local user
+    local user before after
     reachable
     for user in $USERS; do
         make_user "$user"
         runtime_dir "$user"
+        before="$(pause_pid "$user")"
         podman_config "$user"
         image "$user"
         verify "$user"
+        # What this script started does not outlive it.
+        after="$(pause_pid "$user")"
+        if [[ $after != 0 && $after != "$before" ]]; then
+            kill "$after"
+        fi
     done
     say "ok: $USERS"
 }
