@@ -79,6 +79,23 @@ def test_stop_of_a_shell_that_honours_sigterm_is_quick(runtime: Runtime) -> None
     assert podman(runtime, "rm", name).returncode == 0
 
 
+def test_run_timeout_ends_the_container_as_with_runc(runtime: Runtime) -> None:
+    """podman run --timeout: once the time is up, conmon kills the process group of the
+    pid it was given. That group is the stand-in's own (were it conmon's, conmon would
+    kill itself before writing the exit file, and podman would hang, then say the
+    container still runs)."""
+    started = time.monotonic()
+    done = podman(runtime, "run", "--rm", "--timeout", "2", IMAGE, "sleep", "60")
+    elapsed = time.monotonic() - started
+    # What podman says with runc: status 255 and no error.
+    assert done.returncode == 255, done.stderr
+    assert done.stderr == b""
+    # conmon's timer is glib's, in whole seconds on a shared tick: it may fire up to a
+    # second early.
+    assert 1 <= elapsed < 15, elapsed
+    assert podman(runtime, "ps", "-a", "--format", "{{.Names}}").stdout == b""
+
+
 def test_kill_ends_the_container(runtime: Runtime) -> None:
     name = _run_detached(runtime, "sleep", "1000")
     assert podman(runtime, "kill", name).returncode == 0

@@ -172,6 +172,10 @@ def _serve(orders_fd: int, answers_fd: int) -> None:
     from pyscrun import linux
 
     linux.keep_only({orders_fd, answers_fd})
+    # A session and process group of its own, as a runc container's init has: conmon's
+    # --timeout (podman run --timeout) kills the container's whole process group, which
+    # would otherwise be conmon's own, conmon with it, before it writes the exit file.
+    os.setsid()
     for signum in (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP, _signal.SIGQUIT):
         _signal.signal(signum, _signal.SIG_IGN)
     # The host's /proc, for a later join: the new root has none.
