@@ -102,6 +102,16 @@ def test_three_nodes_three_tasks(slurm_user: Runtime) -> None:
     assert sorted(names) == ["n1", "n2", "n3"]
 
 
+def test_each_task_has_a_dev_shm_of_its_own(slurm_user: Runtime) -> None:
+    """Two tasks on two nodes: what one writes in /dev/shm the other does not see
+    (podman's /dev/shm is on the login host, where no node sees it)."""
+    lines = podman_ok(slurm_user, "run", "--rm", "-e", "SCRUN_JOB_NUM_NODES=2", "-e",
+                      "SCRUN_NTASKS=2", IMAGE, "sh", "-c",
+                      "echo $SLURM_PROCID > /dev/shm/mine && sleep 1 && "
+                      "echo $SLURM_PROCID $(cat /dev/shm/mine) $(ls /dev/shm)").splitlines()
+    assert sorted(lines) == ["0 0 mine", "1 1 mine"]
+
+
 def test_exec_into_a_container_on_its_node(slurm_user: Runtime) -> None:
     cid = podman_ok(slurm_user, "run", "-d", IMAGE, "sleep", "60")
     try:

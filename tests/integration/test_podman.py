@@ -96,6 +96,17 @@ def test_run_timeout_ends_the_container_as_with_runc(runtime: Runtime) -> None:
     assert podman(runtime, "ps", "-a", "--format", "{{.Names}}").stdout == b""
 
 
+def test_dev_shm_is_a_tmpfs_of_the_size_asked_that_any_user_may_write(runtime: Runtime,
+                                                                       ) -> None:
+    """podman mounts the container's /dev/shm on the login host; a node that cannot see
+    that mount gives the container a tmpfs of its own of the same size."""
+    done = podman(runtime, "run", "--rm", "--shm-size", "1m", "--user", "1000:1000", IMAGE,
+                  "sh", "-c", "echo written > /dev/shm/f && cat /dev/shm/f && "
+                  "stat -f -c %T /dev/shm && df -k /dev/shm | awk 'NR == 2 { print $2 }'")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [b"written", b"tmpfs", b"1024"]
+
+
 def test_kill_ends_the_container(runtime: Runtime) -> None:
     name = _run_detached(runtime, "sleep", "1000")
     assert podman(runtime, "kill", name).returncode == 0

@@ -139,6 +139,12 @@ class Launch(Orders):
             # An ordinary user's container runs on the node in the user namespace
             # rootless podman gave it here.
             agent_env["PYSCRUN_AGENT_USERNS"] = identity.namespace_maps()
+            # The container's /dev/shm, a tmpfs mounted here that no node sees.
+            from pyscrun.oci.shm import tmpfs_options
+
+            shm = tmpfs_options(self.request.bundle.config)
+            if shm is not None:
+                agent_env["PYSCRUN_AGENT_SHM"] = shm
             # A node that does not see the bundle asks for it (anchor/shipping.py, loaded
             # then: not on every container's way to its start); a rootfs mounted here
             # (docker's overlay) no node sees.

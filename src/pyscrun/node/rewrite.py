@@ -42,9 +42,11 @@ def rewrite(
     disable_hooks: tuple[str, ...],
     task_id: str = "0",
     container: tuple[str, str] | None = None,
+    shm: str | None = None,
 ) -> dict[str, Any]:
     """config.json as the task's runtime runs it; container is the (id, bundle) the
-    caller knows the container by, which its hooks are given."""
+    caller knows the container by, which its hooks are given; shm the options of the
+    tmpfs the login host bound at /dev/shm (oci/shm.py), if it did."""
     new: dict[str, Any] = _copied(dict(config))
     root = new.setdefault("root", {})
     root["path"] = os.path.normpath(os.path.join(bundle, root.get("path", "rootfs")))
@@ -60,6 +62,10 @@ def rewrite(
             "source": step_dir,
             "options": ["rbind", "rw"],
         })
+    if shm is not None:
+        from pyscrun.oci.shm import make_private
+
+        make_private(new, shm)
     linux = new.get("linux")
     if isinstance(linux, dict) and linux.get("cgroupsPath") and task_id != "0":
         # Tasks of one container that share a machine must not share a cgroup.

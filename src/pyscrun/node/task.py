@@ -142,6 +142,7 @@ class Task:
                 step_dir=self.step_dir,
                 disable_hooks=conf.DisableHooks, task_id=ident.task_id,
                 container=(ident.container_id, ident.bundle),
+                shm=self.env.get("PYSCRUN_AGENT_SHM"),
             )
             files["config.json"] = jsonc.dumps(config).encode()
             self.own_pid_namespace = any(
