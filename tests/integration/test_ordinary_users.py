@@ -112,6 +112,22 @@ def test_each_task_has_a_dev_shm_of_its_own(slurm_user: Runtime) -> None:
     assert sorted(lines) == ["0 0 mine", "1 1 mine"]
 
 
+def test_joining_another_containers_namespace_is_refused_in_one_line(slurm_user: Runtime,
+                                                                     ) -> None:
+    """--pid container:NAME names a namespace of the login host (the other container's
+    stand-in), which no compute node can open: create says so, and no job is asked for
+    (the fixture's leak check)."""
+    base = podman_ok(slurm_user, "run", "-d", IMAGE, "sleep", "60")
+    try:
+        done = podman(slurm_user, "run", "--rm", "--pid", f"container:{base}", IMAGE, "true")
+        assert done.returncode == 126, done.stderr
+        errors = [line for line in done.stderr.decode().splitlines() if "scrun" in line]
+        assert len(errors) == 1 and "namespace pid path /proc/" in errors[0], done.stderr
+        assert "Backend=local" in errors[0]
+    finally:
+        podman(slurm_user, "rm", "-f", "-t", "0", base)
+
+
 def test_exec_into_a_container_on_its_node(slurm_user: Runtime) -> None:
     cid = podman_ok(slurm_user, "run", "-d", IMAGE, "sleep", "60")
     try:

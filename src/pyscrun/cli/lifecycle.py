@@ -64,6 +64,8 @@ def create_container(ctx: Context, restore: dict[str, Any] | None = None,
         raise UsageError(f"--preserve-fds {preserve}: descriptors cannot reach a container on "
                          "another machine; run it on the local backend (Backend=local in "
                          "pyscrun.conf)")
+    if the_site.backend != "local":
+        refusals.check_for_another_machine(bundle.config)
     oci = the_site.oci
     log.current.take_defaults(oci.StdIODebug, oci.FileDebug, oci.SyslogDebug, oci.DebugFlags)
     job_options = scrun_env.job_options(ctx.environ, bundle.env)

@@ -40,6 +40,18 @@ def check(config: dict[str, Any], rootfs: str) -> None:
                                      if isinstance(m, dict)])
 
 
+def check_for_another_machine(config: dict[str, Any]) -> None:
+    """Raise BundleError for what only this host has: a namespace to join (another
+    container's, by `--pid container:NAME` and the like) is a path of this host's,
+    which no compute node can open."""
+    for namespace in (config.get("linux") or {}).get("namespaces") or []:
+        if namespace.get("path"):
+            raise BundleError(
+                f"config.json: namespace {namespace['type']} path {namespace['path']} is "
+                "this host's, and the container runs on a compute node, which cannot join "
+                "it; run it on the local backend (Backend=local in pyscrun.conf)")
+
+
 def _check_version(version: str) -> None:
     major, _, rest = version.partition(".")
     minor, _, patch = rest.partition(".")
