@@ -65,8 +65,10 @@ def group_name(gid: int | None = None) -> str:
 
 
 def private_dir(path: str) -> bool:
-    """path is a directory of this user's that nobody else may enter (as a runtime dir
-    must be); uids compare within this namespace."""
+    """path is a directory of this user's that nobody else may list or write (as a
+    runtime dir must be); uids compare within this namespace. Others may pass through
+    it: podman itself makes its user's runtime dir 0711 once a container has a uid map
+    (--uidmap), and what pyscrun keeps there is in directories of mode 0700."""
     import stat
 
     try:
@@ -74,7 +76,7 @@ def private_dir(path: str) -> bool:
     except OSError:
         return False
     return (info is not None and stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
-            and not info.st_mode & 0o077)
+            and not info.st_mode & 0o066)
 
 
 def namespace_maps() -> str:

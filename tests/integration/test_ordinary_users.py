@@ -15,6 +15,7 @@ import os
 import shlex
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -126,6 +127,21 @@ def test_joining_another_containers_namespace_is_refused_in_one_line(slurm_user:
         assert "Backend=local" in errors[0]
     finally:
         podman(slurm_user, "rm", "-f", "-t", "0", base)
+
+
+def test_a_bind_mount_of_a_path_only_the_login_host_has_says_so(slurm_user: Runtime,
+                                                                 tmp_path: Path) -> None:
+    """The login host's /tmp is its own: a node has none of it. runc's bare `no such
+    file or directory` becomes a line that names the node, the path and why."""
+    login_only = Path(tempfile.mkdtemp(dir="/tmp"))
+    try:
+        login_only.chmod(0o755)
+        done = podman(slurm_user, "run", "--rm", "-v", f"{login_only}:/v", IMAGE, "true")
+        assert done.returncode == 255, done.stderr
+        assert (f"the source of the bind mount on /v, {login_only}, does not exist on this "
+                "node") in done.stderr.decode()
+    finally:
+        login_only.rmdir()
 
 
 def test_exec_into_a_container_on_its_node(slurm_user: Runtime) -> None:
@@ -260,6 +276,20 @@ def test_a_user_without_subordinate_ids_is_told_what_to_fix(slurm_user: Runtime,
     finally:
         Path("/etc/subuid").write_text(saved)
         podman(slurm_user, "rm", "-f", cid)
+
+
+def test_a_runtime_dir_others_may_pass_through_is_used(slurm_user: Runtime) -> None:
+    """podman 4 makes its user's runtime dir 0711 once a container has a uid map
+    (--uidmap): nobody else may list or write it, and scrun keeps using it."""
+    runtime_dir = slurm_user.account.runtime_dir
+    mode = runtime_dir.stat().st_mode & 0o7777
+    try:
+        runtime_dir.chmod(0o711)
+        assert podman_ok(slurm_user, "run", "--rm", "--uidmap", "0:1:1000", IMAGE,
+                         "id", "-u") == "0"
+        assert podman_ok(slurm_user, "run", "--rm", IMAGE, "echo", "next") == "next"
+    finally:
+        runtime_dir.chmod(mode)
 
 
 def test_an_unusable_runtime_dir_is_one_line_naming_the_fix(local_user: Runtime) -> None:

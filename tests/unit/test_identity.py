@@ -36,9 +36,15 @@ def test_a_runtime_dir_must_be_the_users_alone(tmp_path: Path) -> None:
     private.mkdir(mode=0o700)
     shared = tmp_path / "shared"
     shared.mkdir(mode=0o755)
+    passable = tmp_path / "passable"
+    passable.mkdir(mode=0o711)
+    listable = tmp_path / "listable"
+    listable.mkdir(mode=0o740)
     link = tmp_path / "link"
     link.symlink_to(private)
     assert identity.private_dir(str(private))
+    assert identity.private_dir(str(passable))
+    assert not identity.private_dir(str(listable))
     assert not identity.private_dir(str(shared))
     assert not identity.private_dir(str(link))
     assert not identity.private_dir(str(tmp_path / "missing"))

@@ -17,6 +17,7 @@ from pyscrun.oci import bundle as oci_bundle
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Any
 
 
 class TaskIdentity:
@@ -101,6 +102,22 @@ def bundle_shipped(env: dict[str, str]) -> bool:
         os.path.join(env.get("PYSCRUN_AGENT_BUNDLE", ""), probe))
 
 
+def _check_bind_sources(config: dict[str, Any], bundle: str, node: str) -> None:
+    """What runc would fail on with a bare `no such file or directory`, said the way
+    a user on a cluster needs it: a bind mount of a path that this node does not have
+    (the login host's /tmp, say) cannot reach the container."""
+    for mount in config.get("mounts") or []:
+        options = mount.get("options") or []
+        if mount.get("type") != "bind" and "bind" not in options and "rbind" not in options:
+            continue
+        source = os.path.join(bundle, str(mount.get("source", "")))
+        if not os.path.lexists(source):
+            raise ScrunError(f"{node}: the source of the bind mount on "
+                             f"{mount.get('destination')}, {mount.get('source')}, does not "
+                             "exist on this node: a container on a compute node can mount "
+                             "only what the nodes see (the cluster file system)")
+
+
 class Task:
     """One task's directory, rewritten config and runtime commands."""
 
@@ -144,6 +161,7 @@ class Task:
                 container=(ident.container_id, ident.bundle),
                 shm=self.env.get("PYSCRUN_AGENT_SHM"),
             )
+            _check_bind_sources(config, self.source, ident.node)
             files["config.json"] = jsonc.dumps(config).encode()
             self.own_pid_namespace = any(
                 ns.get("type") == "pid" and not ns.get("path")
