@@ -35,6 +35,7 @@ from pyscrun.errors import ChannelError, ScrunError
 from pyscrun.fs import remove_beneath, remove_tree
 from pyscrun.node.rootfs_changes import CHANGES_ARCHIVE, REMOVED_LIST
 from pyscrun.node.shipped import ROOTFS_ARCHIVE
+from pyscrun.oci.bundle import is_bind
 
 MOUNTS = "mounts"
 MAX_MOUNTED_FILE = 1 << 20
@@ -108,7 +109,7 @@ class Shipment:
         owners = {}
         for number, mount in enumerate(config.get("mounts") or []):
             source = mount.get("source", "")
-            if _bind(mount) and _small_file(source):
+            if is_bind(mount) and _small_file(source):
                 shipped = os.path.join(MOUNTS, str(number))
                 shutil.copyfile(source, os.path.join(self.dir, shipped))
                 info = os.stat(source)
@@ -125,12 +126,6 @@ class Shipment:
         with open(os.path.join(self.dir, "config.json"), "w", encoding="utf-8") as out:
             json.dump(config, out)
         self.rootfs = root
-
-
-def _bind(mount: dict[str, object]) -> bool:
-    options = mount.get("options") or []
-    return mount.get("type") == "bind" or (isinstance(options, list)
-                                           and ("bind" in options or "rbind" in options))
 
 
 def _small_file(path: object) -> bool:

@@ -107,8 +107,7 @@ def _check_bind_sources(config: dict[str, Any], bundle: str, node: str) -> None:
     a user on a cluster needs it: a bind mount of a path that this node does not have
     (the login host's /tmp, say) cannot reach the container."""
     for mount in config.get("mounts") or []:
-        options = mount.get("options") or []
-        if mount.get("type") != "bind" and "bind" not in options and "rbind" not in options:
+        if not oci_bundle.is_bind(mount):
             continue
         source = os.path.join(bundle, str(mount.get("source", "")))
         if not os.path.lexists(source):

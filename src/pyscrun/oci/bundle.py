@@ -94,6 +94,16 @@ def _check(config: Any) -> None:
             _expect(config[optional], kind, optional)
 
 
+def is_bind(mount: object) -> bool:
+    """Whether an entry of config.json's mounts is a bind mount, as runc reads one:
+    type bind, or bind or rbind among its options."""
+    if not isinstance(mount, dict):
+        return False
+    options = mount.get("options") or []
+    return mount.get("type") == "bind" or (isinstance(options, list)
+                                           and ("bind" in options or "rbind" in options))
+
+
 def load(bundle_dir: str) -> Bundle:
     path = os.path.abspath(bundle_dir)
     if not os.path.isdir(path):

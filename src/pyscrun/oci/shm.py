@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import os
 
+from pyscrun.oci.bundle import is_bind
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
@@ -27,11 +29,8 @@ _KEPT = ("size", "nr_inodes", "mode")
 
 def _shm_bind(config: dict[str, Any]) -> dict[str, Any] | None:
     for mount in config.get("mounts") or []:
-        if not isinstance(mount, dict) or mount.get("destination") != DESTINATION:
-            continue
-        options = mount.get("options") or []
-        if mount.get("type") == "bind" or "bind" in options or "rbind" in options:
-            return mount
+        if is_bind(mount) and mount.get("destination") == DESTINATION:
+            return mount  # type: ignore[no-any-return]
     return None
 
 
