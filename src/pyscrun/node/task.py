@@ -102,15 +102,17 @@ def bundle_shipped(env: dict[str, str]) -> bool:
         os.path.join(env.get("PYSCRUN_AGENT_BUNDLE", ""), probe))
 
 
-def _check_bind_sources(config: dict[str, Any], bundle: str, node: str) -> None:
+def _check_bind_sources(config: dict[str, Any], bundle: str, node: str, step_dir: str,
+                        ) -> None:
     """What runc would fail on with a bare `no such file or directory`, said the way
     a user on a cluster needs it: a bind mount of a path that this node does not have
-    (the login host's /tmp, say) cannot reach the container."""
+    (the login host's /tmp, say) cannot reach the container. The step dir
+    (MountSpoolDir's source) is made once the task is prepared."""
     for mount in config.get("mounts") or []:
         if not oci_bundle.is_bind(mount):
             continue
         source = os.path.join(bundle, str(mount.get("source", "")))
-        if not os.path.lexists(source):
+        if source != step_dir and not os.path.lexists(source):
             raise ScrunError(f"{node}: the source of the bind mount on "
                              f"{mount.get('destination')}, {mount.get('source')}, does not "
                              "exist on this node: a container on a compute node can mount "
@@ -160,7 +162,7 @@ class Task:
                 container=(ident.container_id, ident.bundle),
                 shm=self.env.get("PYSCRUN_AGENT_SHM"),
             )
-            _check_bind_sources(config, self.source, ident.node)
+            _check_bind_sources(config, self.source, ident.node, self.step_dir)
             files["config.json"] = jsonc.dumps(config).encode()
             self.own_pid_namespace = any(
                 ns.get("type") == "pid" and not ns.get("path")
