@@ -12,6 +12,10 @@ from pyscrun.conf import keyvalue, ociconf, patterns
 from pyscrun.errors import ConfigError
 
 DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"
+# Where slurmd or sackd keeps the files a "configless" cluster's slurmctld hands out
+# (slurm.conf, oci.conf, scrun.lua): Slurm's commands look there when the default is
+# missing.
+CONFIGLESS_SLURM_CONF = "/run/slurm/conf/slurm.conf"
 BACKENDS = ("auto", "local", "slurm")
 
 
@@ -178,7 +182,14 @@ def _slurm_conf_value(path: str, key: str) -> str | None:
 
 
 def slurm_conf_path(flag: str | None, environ: dict[str, str] | os._Environ[str]) -> str:
-    return os.path.abspath(flag or environ.get("SLURM_CONF") or DEFAULT_SLURM_CONF)
+    """slurm.conf as Slurm's commands find it: -f, SLURM_CONF, the default path, else the
+    configless cache where the default is missing and the cache is not."""
+    given = flag or environ.get("SLURM_CONF")
+    if given:
+        return os.path.abspath(given)
+    if not os.path.exists(DEFAULT_SLURM_CONF) and os.path.exists(CONFIGLESS_SLURM_CONF):
+        return CONFIGLESS_SLURM_CONF
+    return DEFAULT_SLURM_CONF
 
 
 def load(slurm_conf: str) -> Site:
