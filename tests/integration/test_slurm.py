@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -17,6 +19,7 @@ import pytest
 from tests.integration.harness import (
     IMAGE,
     RUN_OCI_CONF,
+    SCRUN,
     Runtime,
     hangs_and_failures,
     make_bundle,
@@ -240,6 +243,38 @@ def test_an_srun_that_cannot_run_says_why(slurm_runtime: Runtime, tmp_path: Path
     assert done.returncode == 1, done.stderr
     assert f"cannot run {fake}: Exec format error" in done.stderr
     assert slurm_runtime.scrun("state", "nosrun").returncode != 0, "the container is left"
+
+
+def test_a_configless_login_node_finds_slurm_conf_in_the_cache(slurm_runtime: Runtime,
+                                                               tmp_path: Path) -> None:
+    """A login node of a "configless" cluster has no /etc/slurm/slurm.conf: its slurmd or
+    sackd keeps the files slurmctld hands out in /run/slurm/conf, where Slurm's commands
+    look next. scrun, given no -f and no SLURM_CONF, finds them there and runs the
+    container as a job (it ran it on the local backend: no job). The cache is made in a
+    mount namespace of the test's own, /etc/slurm hidden there; scrun's own command line,
+    since rootless podman would join the mount namespace its pause process holds."""
+    bundle = make_bundle(tmp_path, ["sh", "-c", "echo job=$SLURM_JOB_ID"])
+    scrun = shlex.join([str(SCRUN), "--root", str(slurm_runtime.root), "--log",
+                        str(slurm_runtime.log), "run", "-b", str(bundle), "configless"])
+    script = (
+        "set -e; mkdir -p /run/slurm; mount -t tmpfs configless /run/slurm; "
+        "if [ -d /etc/slurm ]; then mount -t tmpfs no-etc-slurm /etc/slurm; fi; "
+        f"mkdir /run/slurm/conf; ln -s {slurm_runtime.slurm_conf} /run/slurm/conf/slurm.conf; "
+        f"cd /; exec env -u SLURM_CONF {scrun}")
+    made_run_slurm = not Path("/run/slurm").exists()
+    try:
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            done = subprocess.run(
+                ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+                stdin=subprocess.DEVNULL, stdout=out, stderr=err, timeout=120)
+            out.seek(0)
+            err.seek(0)
+            said, errors = out.read().decode(), err.read().decode()
+    finally:
+        if made_run_slurm:
+            Path("/run/slurm").rmdir()
+    assert done.returncode == 0, errors
+    assert said.removeprefix("job=").strip().isdigit(), (said, errors)
 
 
 def test_an_initialized_container_waits_for_its_start(users_slurm_runtime: Runtime) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from pathlib import Path
@@ -49,21 +48,6 @@ def test_a_runtime_dir_must_be_the_users_alone(tmp_path: Path) -> None:
     assert not identity.private_dir(str(link))
     assert not identity.private_dir(str(tmp_path / "missing"))
     assert not identity.private_dir("")
-
-
-def _bundle(tmp_path: Path, linux: object) -> str:
-    (tmp_path / "config.json").write_text(json.dumps({"linux": linux}))
-    return str(tmp_path)
-
-
-def test_a_config_with_its_own_user_mapping_is_left_to_the_runtime(tmp_path: Path) -> None:
-    own = {"namespaces": [{"type": "mount"}, {"type": "user"}],
-           "uidMappings": [{"containerID": 0, "hostID": 1001, "size": 1}]}
-    assert userns._maps_its_own_users(_bundle(tmp_path, own))
-    assert not userns._maps_its_own_users(_bundle(tmp_path, {"namespaces": [{"type": "user"}]}))
-    assert not userns._maps_its_own_users(_bundle(tmp_path, {"namespaces": [{"type": "pid"}]}))
-    assert not userns._maps_its_own_users(_bundle(tmp_path, "not a mapping"))
-    assert not userns._maps_its_own_users(str(tmp_path / "no-bundle"))
 
 
 def test_no_namespace_is_made_where_none_is_asked_for(tmp_path: Path) -> None:

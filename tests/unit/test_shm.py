@@ -77,3 +77,4 @@ def test_rewrite_applies_it_only_when_the_login_host_saw_a_tmpfs(tmp_path: Path)
     assert rewrite(config, **common)["mounts"][1]["type"] == "bind"  # type: ignore[arg-type]
     assert rewrite(config, shm="", **common)["mounts"][1]["type"] == "tmpfs"  # type: ignore[arg-type]
     assert config["mounts"][1]["type"] == "bind"  # type: ignore[index]
+

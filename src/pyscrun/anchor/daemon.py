@@ -13,7 +13,7 @@ import _signal  # type: ignore[import-not-found]
 import os
 import time
 
-from pyscrun import backends, identity, log, poller, selfpipe
+from pyscrun import backends, identity, log, mountinfo, poller, selfpipe
 from pyscrun.anchor.agent_port import AgentPort
 from pyscrun.anchor.agents import AgentLink, Agents
 from pyscrun.anchor.control import Connection, ControlSocket
@@ -144,7 +144,7 @@ class Anchor(Ending):
         # The stand-in's root is the container's rootfs where this host sees the copy
         # the container runs from, else nothing: a rootfs mounted here goes to the
         # nodes as a copy (anchor/shipping.py).
-        if self.backend.name == "slurm" and os.path.ismount(self.state.rootfs):
+        if self.backend.name == "slurm" and mountinfo.mount_at(self.state.rootfs) is not None:
             same_rootfs = False
         self.stand_in.set_root(os.path.realpath(self.state.rootfs) if same_rootfs else "")
         self.selector.register(os.pidfd_open(self.stand_in.pid), poller.READ, "stand-in")

@@ -9,7 +9,7 @@ import _signal  # type: ignore[import-not-found]
 import _socket
 import os
 
-from pyscrun import identity, jsonc, log, poller
+from pyscrun import identity, jsonc, log, mountinfo, poller
 from pyscrun.anchor.orders import Orders
 from pyscrun.anchor.stdio import CallerStdio
 from pyscrun.backends.base import LaunchRequest
@@ -137,8 +137,9 @@ class Launch(Orders):
                 agent_env["PYSCRUN_AGENT_PRESERVE_FDS"] = str(self.request.preserve_fds)
         else:
             # An ordinary user's container runs on the node in the user namespace
-            # rootless podman gave it here.
-            agent_env["PYSCRUN_AGENT_USERNS"] = identity.namespace_maps()
+            # rootless podman gave it here, unless scrun.lua gave it one of its own.
+            if not self.staging.maps_its_own_users():
+                agent_env["PYSCRUN_AGENT_USERNS"] = identity.namespace_maps()
             # The container's /dev/shm, a tmpfs mounted here that no node sees.
             from pyscrun.oci.shm import tmpfs_options
 
@@ -151,7 +152,7 @@ class Launch(Orders):
             from pyscrun.anchor.checkpointing import place_probe
 
             self.ships_bundle = True
-            if os.path.ismount(self.staging.rootfs):
+            if mountinfo.mount_at(self.staging.rootfs) is not None:
                 agent_env["PYSCRUN_AGENT_BUNDLE_SHIP"] = "always"
             else:
                 try:

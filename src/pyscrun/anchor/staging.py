@@ -19,6 +19,7 @@ from pyscrun.oci.state import ContainerState
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Any
 
     from pyscrun.conf.site import Site
     from pyscrun.hooks.lua import ScrunLua
@@ -77,6 +78,23 @@ class Staging:
         )
         self.bundle, self.rootfs = staged.bundle, staged.root_path
 
+    def maps_its_own_users(self) -> bool:
+        """Whether stage_in gave the container user mappings of its own (the man page's
+        example maps the real user onto the container's root): the node's runtime then
+        makes that namespace itself, as the plain user, as under Slurm's scrun. Mappings
+        podman wrote (--uidmap, --userns) are ids of podman's own namespace, which the
+        node makes again for the runtime to run in."""
+        if not self.staged_in:
+            return False
+        from pyscrun import jsonc
+
+        try:
+            with open(os.path.join(self.bundle, "config.json"), "rb") as source:
+                staged = jsonc.loads(source.read())
+        except (OSError, ValueError):
+            return False
+        return own_user_mappings(staged, self.request.bundle.config)
+
     def stages_out(self) -> bool:
         """Whether stage_out is to run (stage_in has)."""
         return self.hooks is not None and self.staged_in
@@ -94,6 +112,23 @@ class Staging:
             )
         except ScrunError as err:
             log.current.error(f"stage_out: {err}")
+
+
+def own_user_mappings(staged: object, submitted: dict[str, Any]) -> bool:
+    """A staged config.json with a user namespace and uid mappings that the submitted
+    one does not have."""
+    def mappings(config: object) -> object:
+        linux = config.get("linux") if isinstance(config, dict) else None
+        if not isinstance(linux, dict):
+            return None
+        namespaces = linux.get("namespaces")
+        if not isinstance(namespaces, list) or not any(
+                isinstance(n, dict) and n.get("type") == "user" for n in namespaces):
+            return None
+        return linux.get("uidMappings") or None
+
+    own = mappings(staged)
+    return own is not None and own != mappings(submitted)
 
 
 def preload_hooks(site: Site, bundle: Bundle) -> ScrunLua | None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 
-from pyscrun import identity, jsonc
+from pyscrun import identity
 from pyscrun.errors import ScrunError
 
 TYPE_CHECKING = False
@@ -38,7 +38,7 @@ class Entering:
         self.said_fd = -1
         self.error: OSError | None = None
         wanted = env.get(ENV, "")
-        if not wanted or _maps_its_own_users(env.get("PYSCRUN_AGENT_BUNDLE", "")):
+        if not wanted:
             return
         try:
             if identity.namespace_maps() != wanted:
@@ -94,20 +94,6 @@ class Entering:
             raise ScrunError(f"cannot give the container the user's subordinate ids on this "
                              f"node: {why or 'newuidmap failed'} (an ordinary user needs "
                              f"ranges in /etc/subuid and /etc/subgid, and package uidmap)")
-
-
-def _maps_its_own_users(bundle: str) -> bool:
-    """A config.json with a user namespace and uid mappings of its own (scrun.lua may
-    write one, as the man page's example does) says how to map: the runtime then runs
-    as the user, as under Slurm's scrun, and makes that namespace itself."""
-    try:
-        with open(os.path.join(bundle, "config.json"), "rb") as source:
-            config = jsonc.loads(source.read())
-        linux = config["linux"]
-        return bool(linux.get("uidMappings")) and any(
-            entry.get("type") == "user" for entry in linux.get("namespaces") or [])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return False
 
 
 def _write_maps(target: int, uid_map: str, gid_map: str, said_fd: int) -> int:

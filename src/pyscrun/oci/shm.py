@@ -12,8 +12,7 @@ is the node's own /dev/shm) binds it as asked.
 
 from __future__ import annotations
 
-import os
-
+from pyscrun import mountinfo
 from pyscrun.oci.bundle import is_bind
 
 TYPE_CHECKING = False
@@ -34,15 +33,7 @@ def _shm_bind(config: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def _unescaped(field: str) -> str:
-    """A mountinfo path: space, tab, newline and backslash are written as octal."""
-    for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
-        field = field.replace(code, char)
-    return field
-
-
-def tmpfs_options(config: dict[str, Any], mountinfo: str = "/proc/self/mountinfo",
-                  ) -> str | None:
+def tmpfs_options(config: dict[str, Any], table: str = mountinfo.TABLE) -> str | None:
     """On the login host: the options of the tmpfs whose root the config's /dev/shm
     bind names, comma-separated (empty: a tmpfs with the defaults); None if it binds
     no tmpfs root here."""
@@ -50,32 +41,17 @@ def tmpfs_options(config: dict[str, Any], mountinfo: str = "/proc/self/mountinfo
     source = mount.get("source") if mount is not None else None
     if not isinstance(source, str) or not source:
         return None
-    target = os.path.realpath(source)
-    found: str | None = None
-    try:
-        with open(mountinfo, encoding="utf-8", errors="replace") as table:
-            for line in table:
-                fields = line.split()
-                if len(fields) < 5 or _unescaped(fields[4]) != target or "-" not in fields:
-                    continue
-                # Of several mounts at one place, the last one made is what is seen.
-                after = fields[fields.index("-") + 1:]
-                if after and after[0] == "tmpfs" and fields[3] == "/":
-                    super_options = after[2].split(",") if len(after) > 2 else []
-                    found = ",".join(o for o in super_options
-                                     if o.partition("=")[0] in _KEPT)
-                else:
-                    found = None
-    except OSError:
+    found = mountinfo.mount_at(source, table)
+    if found is None or found.fs_type != "tmpfs" or found.root != "/":
         return None
-    return found
+    return ",".join(o for o in found.fs_options if o.partition("=")[0] in _KEPT)
 
 
 def make_private(config: dict[str, Any], options: str) -> None:
     """On the node: the /dev/shm bind becomes a tmpfs of its own with the login host's
     options, unless the node sees a mount at its source."""
     mount = _shm_bind(config)
-    if mount is None or os.path.ismount(str(mount.get("source", ""))):
+    if mount is None or mountinfo.mount_at(str(mount.get("source", ""))) is not None:
         return
     kept = [o for o in options.split(",") if o]
     if not any(o.startswith("mode=") for o in kept):
