@@ -155,6 +155,25 @@ def test_a_container_with_a_user_namespace_of_its_own_runs_on_a_node(slurm_user:
     assert said == str(slurm_user.account.uid)
 
 
+def test_a_container_whose_uid_map_leaves_the_user_out_runs_on_a_node(slurm_user: Runtime,
+                                                                       ) -> None:
+    """--uidmap 0:1:1000: the container's root is not the user. podman 5 then binds the
+    rootfs at an "intermediate mountpoint" under /var/tmp for the runtime's call, a
+    mount of the login host's that no node sees: scrun ships it (it took it for a plain
+    directory, the same file system on both sides), and the node lets the container's
+    root through the user's directories above the copy (runc: permission denied).
+    podman 4 makes the user's runtime dir 0711 on the way, put back afterwards."""
+    runtime_dir = slurm_user.account.runtime_dir
+    mode = runtime_dir.stat().st_mode & 0o7777
+    try:
+        said = podman_ok(slurm_user, "run", "--rm", "--uidmap", "0:1:1000", IMAGE, "sh", "-c",
+                         "id -u; head -n 1 /proc/self/uid_map").splitlines()
+    finally:
+        runtime_dir.chmod(mode)
+    assert said[0] == "0"
+    assert said[1].split() == ["0", "1", "1000"]
+
+
 def test_exec_into_a_container_on_its_node(slurm_user: Runtime) -> None:
     cid = podman_ok(slurm_user, "run", "-d", IMAGE, "sleep", "60")
     try:

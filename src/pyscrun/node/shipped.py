@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from pyscrun import jsonc
+from pyscrun import identity, jsonc
 from pyscrun.channel import files, peer
 from pyscrun.errors import ChannelError, RuntimeCommandError
 from pyscrun.node.rootfs_changes import CHANGES_ARCHIVE, REMOVED_LIST, Baseline
@@ -42,7 +42,40 @@ def fetch(control: peer.Peer | None, into: str,
     with open(config_path, "w") as out:
         out.write(jsonc.dumps(config))
     _own_mounted_files(os.path.join(into, "mounts"))
+    if (config.get("linux") or {}).get("uidMappings") and not identity.is_root():
+        _let_the_containers_root_through(into)
     return into
+
+
+def _let_the_containers_root_through(into: str) -> None:
+    """A container with uid mappings of its own (podman 5 ships the rootfs of a
+    `--uidmap` container that leaves the user out) has a root that is not this user:
+    the runtime, as that root, passes through the directories above the copy and the
+    files it binds, and those of the runtime's own state, which are the user's alone.
+    They let others through (as podman makes its user's runtime dir 0711 for such a
+    container), from the copy up to the user's runtime dir, while they are the user's;
+    what is in them stays the user's to list and read."""
+    import stat
+
+    top = os.environ.get("XDG_RUNTIME_DIR", "")
+    for here in _upwards(into, top, first=os.path.join(into, "mounts")):
+        info = os.lstat(here)
+        if info.st_uid != os.getuid() or not stat.S_ISDIR(info.st_mode):
+            return
+        os.chmod(here, stat.S_IMODE(info.st_mode) | 0o011)
+
+
+def _upwards(start: str, top: str, first: str) -> list[str]:
+    """first, then start and each directory above it, up to top (or to / where start
+    is not below top)."""
+    found = [first]
+    here = start
+    while True:
+        found.append(here)
+        parent = os.path.dirname(here)
+        if here == top or parent == here:
+            return found
+        here = parent
 
 
 def _own_mounted_files(mounts: str) -> None:
