@@ -31,20 +31,27 @@ def _unescaped(field: str) -> str:
     return field
 
 
-def mount_at(path: str, table: str = TABLE) -> Mount | None:
-    """The mount seen at path (symlinks resolved), None if path is no mount point or
-    the table cannot be read. Of several mounts made at one place, the last is seen."""
-    target = os.path.realpath(path)
-    found = None
-    try:
-        with open(table, encoding="utf-8", errors="replace") as lines:
-            for line in lines:
-                fields = line.split()
-                if len(fields) < 5 or "-" not in fields or _unescaped(fields[4]) != target:
-                    continue
-                after = fields[fields.index("-") + 1:]
-                found = Mount(_unescaped(fields[3]), after[0] if after else "",
-                              after[2].split(",") if len(after) > 2 else [])
-    except OSError:
-        return None
-    return found
+class MountTable:
+    """The table as read once: every mount point, and the mount seen there (of several
+    made at one place, the last). Empty where the table cannot be read."""
+
+    __slots__ = ("mounts",)
+
+    def __init__(self, table: str = TABLE) -> None:
+        self.mounts: dict[str, Mount] = {}
+        try:
+            with open(table, encoding="utf-8", errors="replace") as lines:
+                for line in lines:
+                    fields = line.split()
+                    if len(fields) < 5 or "-" not in fields:
+                        continue
+                    after = fields[fields.index("-") + 1:]
+                    self.mounts[_unescaped(fields[4])] = Mount(
+                        _unescaped(fields[3]), after[0] if after else "",
+                        after[2].split(",") if len(after) > 2 else [])
+        except OSError:
+            pass
+
+    def at(self, path: str) -> Mount | None:
+        """The mount seen at path (symlinks resolved), None if path is no mount point."""
+        return self.mounts.get(os.path.realpath(path))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from pyscrun.mountinfo import MountTable
 from pyscrun.node.rewrite import rewrite
 from pyscrun.oci.shm import make_private, tmpfs_options
 
@@ -33,7 +34,7 @@ def test_a_bind_of_a_tmpfs_root_gives_its_size_and_not_its_owner(tmp_path: Path)
         "25 1 0:23 / /dev/shm rw,relatime - tmpfs tmpfs rw,size=24683792k",
         f"40 25 0:31 / {escaped} rw,nosuid,nodev,noexec shared:7 - tmpfs shm "
         "rw,size=64000k,nr_inodes=1000,uid=1001,gid=1001")
-    assert tmpfs_options(_config(str(shm)), table) == "size=64000k,nr_inodes=1000"
+    assert tmpfs_options(_config(str(shm)), MountTable(table)) == "size=64000k,nr_inodes=1000"
 
 
 def test_no_tmpfs_root_at_the_source_is_none(tmp_path: Path) -> None:
@@ -46,9 +47,9 @@ def test_no_tmpfs_root_at_the_source_is_none(tmp_path: Path) -> None:
         "42 25 0:32 / /srv/later rw - tmpfs shm rw,size=1k",
         "43 25 8:1 / /srv/later rw - ext4 /dev/vdb rw")
     for source in ("/srv/shm", "/srv/later", "/srv/none"):
-        assert tmpfs_options(_config(source), table) is None
-    assert tmpfs_options(_config("/srv/later", kind="tmpfs"), table) is None
-    assert tmpfs_options({"mounts": []}, table) is None
+        assert tmpfs_options(_config(source), MountTable(table)) is None
+    assert tmpfs_options(_config("/srv/later", kind="tmpfs"), MountTable(table)) is None
+    assert tmpfs_options({"mounts": []}, MountTable(table)) is None
 
 
 def test_a_node_that_sees_no_mount_at_the_source_mounts_a_tmpfs_of_its_own(

@@ -13,7 +13,7 @@ import _signal  # type: ignore[import-not-found]
 import os
 import time
 
-from pyscrun import backends, identity, log, mountinfo, poller, selfpipe
+from pyscrun import backends, identity, log, poller, selfpipe
 from pyscrun.anchor.agent_port import AgentPort
 from pyscrun.anchor.agents import AgentLink, Agents
 from pyscrun.anchor.control import Connection, ControlSocket
@@ -75,6 +75,7 @@ class Anchor(Ending):
         self.bundle_probe = ""  # while the nodes look for the bundle
         self.launch_error = ""
         self.launcher_output: dict[int, _socket.socket] = {}
+        self.mount_table = None
         # Clients of a checkpoint that stops the container, answered once it has.
         self.stopped_waiters: list[tuple[Connection, dict[str, Any]]] = []
         self.task_order: TaskOrder | None = None  # a pause or resume in progress
@@ -144,7 +145,7 @@ class Anchor(Ending):
         # The stand-in's root is the container's rootfs where this host sees the copy
         # the container runs from, else nothing: a rootfs mounted here goes to the
         # nodes as a copy (anchor/shipping.py).
-        if self.backend.name == "slurm" and mountinfo.mount_at(self.state.rootfs) is not None:
+        if self.backend.name == "slurm" and self._mounts().at(self.state.rootfs) is not None:
             same_rootfs = False
         self.stand_in.set_root(os.path.realpath(self.state.rootfs) if same_rootfs else "")
         self.selector.register(os.pidfd_open(self.stand_in.pid), poller.READ, "stand-in")

@@ -38,6 +38,12 @@ class Launch(Orders):
     launch_error: str  # why the step launched at create could not be
     # srun's own stdout and stderr, of a step launched before start, until start.
     launcher_output: dict[int, _socket.socket]
+    mount_table: mountinfo.MountTable | None  # this host's, read once when first needed
+
+    def _mounts(self) -> mountinfo.MountTable:
+        if self.mount_table is None:
+            self.mount_table = mountinfo.MountTable()
+        return self.mount_table
 
     def _launches_early(self) -> bool:
         """Whether the step is launched as soon as the job runs, at create, its agents
@@ -143,7 +149,7 @@ class Launch(Orders):
             # The container's /dev/shm, a tmpfs mounted here that no node sees.
             from pyscrun.oci.shm import tmpfs_options
 
-            shm = tmpfs_options(self.request.bundle.config)
+            shm = tmpfs_options(self.request.bundle.config, self._mounts())
             if shm is not None:
                 agent_env["PYSCRUN_AGENT_SHM"] = shm
             # A node that does not see the bundle asks for it (anchor/shipping.py, loaded
@@ -152,7 +158,7 @@ class Launch(Orders):
             from pyscrun.anchor.checkpointing import place_probe
 
             self.ships_bundle = True
-            if mountinfo.mount_at(self.staging.rootfs) is not None:
+            if self._mounts().at(self.staging.rootfs) is not None:
                 agent_env["PYSCRUN_AGENT_BUNDLE_SHIP"] = "always"
             else:
                 try:

@@ -33,15 +33,15 @@ def _shm_bind(config: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def tmpfs_options(config: dict[str, Any], table: str = mountinfo.TABLE) -> str | None:
-    """On the login host: the options of the tmpfs whose root the config's /dev/shm
-    bind names, comma-separated (empty: a tmpfs with the defaults); None if it binds
-    no tmpfs root here."""
+def tmpfs_options(config: dict[str, Any], mounts: mountinfo.MountTable) -> str | None:
+    """On the login host (its mount table): the options of the tmpfs whose root the
+    config's /dev/shm bind names, comma-separated (empty: a tmpfs with the defaults);
+    None if it binds no tmpfs root here."""
     mount = _shm_bind(config)
     source = mount.get("source") if mount is not None else None
     if not isinstance(source, str) or not source:
         return None
-    found = mountinfo.mount_at(source, table)
+    found = mounts.at(source)
     if found is None or found.fs_type != "tmpfs" or found.root != "/":
         return None
     return ",".join(o for o in found.fs_options if o.partition("=")[0] in _KEPT)
@@ -51,7 +51,7 @@ def make_private(config: dict[str, Any], options: str) -> None:
     """On the node: the /dev/shm bind becomes a tmpfs of its own with the login host's
     options, unless the node sees a mount at its source."""
     mount = _shm_bind(config)
-    if mount is None or mountinfo.mount_at(str(mount.get("source", ""))) is not None:
+    if mount is None or mountinfo.MountTable().at(str(mount.get("source", ""))) is not None:
         return
     kept = [o for o in options.split(",") if o]
     if not any(o.startswith("mode=") for o in kept):
