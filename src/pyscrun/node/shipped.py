@@ -58,23 +58,15 @@ def _let_the_containers_root_through(into: str) -> None:
     import stat
 
     top = os.environ.get("XDG_RUNTIME_DIR", "")
-    for here in _upwards(into, top, first=os.path.join(into, "mounts")):
+    here = os.path.join(into, "mounts")
+    while True:
         info = os.lstat(here)
         if info.st_uid != os.getuid() or not stat.S_ISDIR(info.st_mode):
             return
         os.chmod(here, stat.S_IMODE(info.st_mode) | 0o011)
-
-
-def _upwards(start: str, top: str, first: str) -> list[str]:
-    """first, then start and each directory above it, up to top (or to / where start
-    is not below top)."""
-    found = [first]
-    here = start
-    while True:
-        found.append(here)
         parent = os.path.dirname(here)
         if here == top or parent == here:
-            return found
+            return
         here = parent
 
 
