@@ -52,6 +52,25 @@ def test_create_start_kill_delete(local_runtime: Runtime, tmp_path: Path) -> Non
     assert "does not exist" in gone.stderr
 
 
+def test_start_returns_once_the_containers_program_runs(local_runtime: Runtime,
+                                                       tmp_path: Path) -> None:
+    """As runc's start does: a signal sent then reaches that program (here sleep as pid
+    1, which ignores TERM), not the runtime's own code before its exec (runc's, which
+    TERM ends with status 2), nor nothing yet."""
+    bundle = make_bundle(tmp_path, ["sleep", "917332"])  # a number no other test uses
+    for attempt in range(5):
+        container_id = f"quick{attempt}"
+        assert local_runtime.scrun("create", "-b", str(bundle), container_id).returncode == 0
+        assert local_runtime.scrun("start", container_id).returncode == 0
+        assert processes_mentioning("sleep 917332"), attempt
+        assert local_runtime.scrun("kill", container_id, "TERM").returncode == 0
+        assert local_runtime.scrun("kill", container_id, "KILL").returncode == 0
+        wait_for(lambda name=container_id: _state(local_runtime, name)["status"] == "stopped",
+                 10, "stopped")
+        assert _state(local_runtime, container_id).get("exitStatus") == 137
+        assert local_runtime.scrun("delete", container_id).returncode == 0
+
+
 def test_duplicate_id_is_refused_and_leaves_the_first(local_runtime: Runtime, tmp_path: Path) -> None:
     bundle = make_bundle(tmp_path, ["sleep", "100"])
     assert local_runtime.scrun("create", "-b", str(bundle), "dup").returncode == 0

@@ -67,8 +67,9 @@ class Launch(Orders):
             self.launch_error = str(err)
 
     def _start(self) -> bool:
-        """Start the container; whether the answer waits until every task runs it (a
-        step launched at create, whose agents only now run the container)."""
+        """Start the container; whether the answer waits until every task runs it: it
+        does once a step runs (launched at create, whose agents only now run the
+        container, or launched now), not for a job still queued."""
         if self.state.status != CREATED:
             raise InvalidState(f"cannot start a container that is {self.state.status}")
         assert self.allocation is not None
@@ -95,7 +96,8 @@ class Launch(Orders):
             log.tell_caller(f"scrun: job {self.allocation.job_id} queued and waiting for resources")
             return False
         self._launch()
-        return False
+        self.agents.ask_running()
+        return True
 
     def _follow_queued_job(self, fd: int) -> None:
         """The queued job came (stage in, and launch if started) or never will."""

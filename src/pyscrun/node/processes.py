@@ -8,6 +8,10 @@ import time
 
 from pyscrun.oci.state import process_start_time, shell_status
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
 
 def wait_status(pid: int) -> tuple[int, bool]:
     """Exit status of a child the way a shell reports it (128+N for signal N), and
@@ -35,6 +39,30 @@ def pid_in(path: str) -> int:
             return int(source.read().strip() or 0)
     except (FileNotFoundError, ValueError):
         return 0
+
+
+def await_exec(pid: int, args: Sequence[str], timeout: float) -> None:
+    """Wait until pid, a container's init that its runtime forked, runs the container's
+    program rather than the runtime's code still: a signal reaching that code ends it
+    with a status of its own (runc's exits 2 on SIGTERM), and the container with it.
+
+    execve names a process after the file it runs (its first 15 bytes). A program that
+    renames itself is told by its executable, which changed since the wait began
+    (before its exec the runtime's, unreadable while it is not dumpable), or by the
+    timeout; a process gone ends the wait too."""
+    name = os.path.basename(args[0]).encode()[:15] if args else b""
+    began = program(pid)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/comm", "rb") as comm:
+                if comm.read().rstrip(b"\n") == name:
+                    return
+        except OSError:
+            return
+        if program(pid) != began:
+            return
+        time.sleep(0.001)
 
 
 def children(pid: int | str = "self") -> list[int]:
