@@ -19,6 +19,11 @@ def _comm(pid: int) -> str:
         return comm.read().strip()
 
 
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rpartition(") ")[2][:1]
+
+
 def _execs_after(delay: float, program: str) -> subprocess.Popen[bytes]:
     """A process that runs Python's code for delay seconds, then execs program."""
     code = f"import os, time; time.sleep({delay}); os.execv({program!r}, ['x', '30'])"
@@ -67,3 +72,13 @@ def test_an_init_already_gone_ends_the_wait() -> None:
     processes.await_exec(init.pid, ["/bin/sh"], 10)
     assert time.monotonic() - started < 5
     assert not os.path.exists(f"/proc/{init.pid}")
+
+
+def test_an_init_that_ended_unreaped_ends_the_wait() -> None:
+    init = subprocess.Popen([SLEEP, "0"])
+    while _state(init.pid) != "Z":
+        time.sleep(0.001)
+    started = time.monotonic()
+    processes.await_exec(init.pid, ["/usr/local/bin/snooze"], 10)
+    assert time.monotonic() - started < 5
+    init.wait()

@@ -49,18 +49,19 @@ def await_exec(pid: int, args: Sequence[str], timeout: float) -> None:
     execve names a process after the file it runs (its first 15 bytes). A program that
     renames itself is told by its executable, which changed since the wait began
     (before its exec the runtime's, unreadable while it is not dumpable), or by the
-    timeout; a process gone ends the wait too."""
+    timeout; a process that ended (gone, or a zombie) ends the wait too."""
     name = os.path.basename(args[0]).encode()[:15] if args else b""
     began = program(pid)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            with open(f"/proc/{pid}/comm", "rb") as comm:
-                if comm.read().rstrip(b"\n") == name:
-                    return
+            with open(f"/proc/{pid}/stat", "rb") as source:
+                stat = source.read()
         except OSError:
             return
-        if program(pid) != began:
+        # "PID (COMM) STATE ...": the name may hold any byte, parentheses included.
+        named, _, rest = stat.partition(b" (")[2].rpartition(b") ")
+        if named == name or rest[:1] == b"Z" or program(pid) != began:
             return
         time.sleep(0.001)
 
