@@ -55,6 +55,8 @@ def cli_ops(rt: Runtimes) -> list[Result]:
             results.append(_ratio(f"op-{op}", mine, interp, "s", "bare interpreter start",
                                   "<= 2.0" if op == "state" else ""))
             results.append(_ratio(f"op-{op}-vs-runc", mine, ref, "s", f"runc {op}"))
+        # The local backend runs the container at start (its runtime's whole run) and
+        # answers once it runs; runc's start only lets a created container go on.
         starts, runc_starts = [], []
         for i in range(N):
             _scrun(rt.local, "create", "-b", str(bundle), f"st{i}")
