@@ -205,7 +205,11 @@ class Agent(ContainerModes):
                 self.container_pid = pid
             return self.container_pid
         if self.conf.RunTimeQuery:
-            self.container_pid = self.commands.running_pid()
+            pid = self.commands.running_pid()
+            if pid:
+                # "running" as soon as the init may go on, maybe before its exec.
+                processes.await_exec(pid, self.commands.values.args)
+            self.container_pid = pid
             return self.container_pid
         return self.runtime_pid
 

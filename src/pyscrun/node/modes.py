@@ -25,8 +25,6 @@ if TYPE_CHECKING:
 
 # How long create/start mode waits for the runtime to report the container created.
 CREATE_TIMEOUT = 60.0
-# How long a detached run's init may take to exec the container's program.
-EXEC_WAIT = 1.0
 
 
 class ContainerModes(AgentOrders):
@@ -117,7 +115,7 @@ class ContainerModes(AgentOrders):
         self.container_pid = adopted[0]
         # The runtime's run returns once it told its init to go on: maybe before the
         # init's exec (runc's often, under load).
-        processes.await_exec(self.container_pid, commands.values.args, EXEC_WAIT)
+        processes.await_exec(self.container_pid, commands.values.args)
         self._set_pid(self.container_pid)
         self._report_running()
         return self.wait_for(self.container_pid)

@@ -12,6 +12,9 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+# How long a container's init may take to exec the container's program.
+EXEC_WAIT = 1.0
+
 
 def wait_status(pid: int) -> tuple[int, bool]:
     """Exit status of a child the way a shell reports it (128+N for signal N), and
@@ -41,7 +44,7 @@ def pid_in(path: str) -> int:
         return 0
 
 
-def await_exec(pid: int, args: Sequence[str], timeout: float) -> None:
+def await_exec(pid: int, args: Sequence[str], timeout: float = EXEC_WAIT) -> None:
     """Wait until pid, a container's init that its runtime forked, runs the container's
     program rather than the runtime's code still: a signal reaching that code ends it
     with a status of its own (runc's exits 2 on SIGTERM), and the container with it.
