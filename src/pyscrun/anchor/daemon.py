@@ -10,6 +10,7 @@ every task runs again.
 from __future__ import annotations
 
 import _signal  # type: ignore[import-not-found]
+import gc
 import os
 import time
 
@@ -190,6 +191,10 @@ class Anchor(Ending):
                 # The agent runs in a fork of this process: load it while podman is
                 # busy starting `scrun start`, not after.
                 import pyscrun.node.entry  # noqa: F401
+        # Forked without collections (anchor/spawn.py); the anchor may serve for days, so
+        # it collects from now on, leaving out what start-up made.
+        gc.freeze()
+        gc.enable()
         try:
             status = self._serve()
         except Exception as err:

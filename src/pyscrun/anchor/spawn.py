@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 
 from pyscrun import log
@@ -64,6 +65,19 @@ def start_anchor(request: CreateRequest, keep_fds: tuple[int, ...]) -> tuple[int
 
     stand_in = StandInPipes()
     read_fd, write_fd = os.pipe()
+    # No collections in the anchor until it serves (anchor/daemon.py), nor here until
+    # it reported: one would touch every object the forks share, copying them page by
+    # page while salloc and srun wait on the anchor. (The stand-in, forked meanwhile,
+    # never collects: it allocates next to nothing.)
+    gc.disable()
+    try:
+        return _fork_anchor(request, keep_fds, stand_in, read_fd, write_fd)
+    finally:
+        gc.enable()
+
+
+def _fork_anchor(request: CreateRequest, keep_fds: tuple[int, ...], stand_in: StandInPipes,
+                 read_fd: int, write_fd: int) -> tuple[int, int]:
     try:
         pid = os.fork()
     except OSError as err:
