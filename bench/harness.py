@@ -8,6 +8,7 @@ import platform
 import pwd
 import select
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -16,6 +17,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from tests.integration.accounts import pause_process
 
 REPO = Path(__file__).resolve().parents[1]
 SCRUN = Path(sys.executable).parent / "scrun"
@@ -136,6 +139,9 @@ class Runtimes:
         self.slurm_create_start = self._wrapper("slurm-cs", self.slurm_conf, CREATE_START_OCI_CONF)
         # The ordinary user's: in a directory of the user's on the cluster file system.
         self.user = User.named(BENCH_USER)
+        # The user's podman leaves its pause process running: the one it starts for the
+        # bench is stopped at the end.
+        self.pause_before = pause_process(BENCH_USER)
         self.user_dir = Path(tempfile.mkdtemp(prefix="pyscrun-bench-user.", dir=SHARED_TMP))
         os.chown(self.user_dir, self.user.uid, self.user.gid)
         self.users_slurm = self._wrapper("users-slurm", self.slurm_conf, base=self.user_dir)
@@ -174,6 +180,9 @@ class Runtimes:
                 (node_dir / "oci.conf").write_text(text)
 
     def close(self) -> None:
+        pause = pause_process(BENCH_USER)
+        if pause and pause != self.pause_before:
+            os.kill(pause, signal.SIGTERM)
         subprocess.run(["bash", str(REPO / "scripts/cluster.sh"), "down"], capture_output=True,
                        check=False)
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -25,6 +25,22 @@ OTHER_USER = "pyscrun-user2"
 USER_TMP = Path("/srv/pyscrun-tmp/users")
 
 
+def pause_process(name: str) -> int:
+    """The pid of the pause process that holds the user's rootless podman namespaces
+    (0: none), as podman's pid file names it, checked to be the user's podman. podman
+    starts it at its first run and leaves it running: the suite and `make bench` each
+    stop the one they started."""
+    try:
+        uid = pwd.getpwnam(name).pw_uid
+        pid = int(Path(f"/run/user/{uid}/libpod/tmp/pause.pid").read_text())
+        alive = Path(f"/proc/{pid}")
+        if alive.stat().st_uid == uid and (alive / "comm").read_text().startswith("podman"):
+            return pid
+    except (KeyError, OSError, ValueError):
+        pass
+    return 0
+
+
 def podman_env() -> dict[str, str]:
     """root's environment with the test podman store (scripts/podman-setup.sh)."""
     env_file = TEST_HOME / "env.sh"

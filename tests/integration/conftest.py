@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import os
-import pwd
 import shutil
 import signal
 from collections.abc import Iterator
@@ -10,7 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.accounts import OTHER_USER, ROOT, USER, Account, account, user_dir
+from tests.integration.accounts import (
+    OTHER_USER,
+    ROOT,
+    USER,
+    Account,
+    account,
+    pause_process,
+    user_dir,
+)
 from tests.integration.harness import (
     OCI_CONFS,
     RUN_OCI_CONF,
@@ -31,30 +38,16 @@ SHARED_TMP.mkdir(mode=0o1777, parents=True, exist_ok=True)
 os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", str(SHARED_TMP))
 
 
-def _pause_process(name: str) -> int:
-    """The pid of the pause process that holds the user's rootless podman namespaces
-    (0: none), as podman's pid file names it, checked to be the user's podman."""
-    try:
-        uid = pwd.getpwnam(name).pw_uid
-        pid = int(Path(f"/run/user/{uid}/libpod/tmp/pause.pid").read_text())
-        alive = Path(f"/proc/{pid}")
-        if alive.stat().st_uid == uid and (alive / "comm").read_text().startswith("podman"):
-            return pid
-    except (KeyError, OSError, ValueError):
-        pass
-    return 0
-
-
 @pytest.fixture(scope="session", autouse=True)
 def _no_pause_process_left() -> Iterator[None]:
     """Rootless podman starts a pause process for its user the first time it runs, and
     leaves it running: one the suite started is stopped at its end, as every process
     a test starts is."""
     users = (USER, OTHER_USER)
-    before = {name: _pause_process(name) for name in users}
+    before = {name: pause_process(name) for name in users}
     yield
     for name in users:
-        pid = _pause_process(name)
+        pid = pause_process(name)
         if pid and pid != before[name]:
             os.kill(pid, signal.SIGTERM)
 
