@@ -62,9 +62,9 @@ class Agent(ContainerModes):
         # RunTimeRestore, or the runtime itself once that shell is gone.
         self.runtime_pid = 0
         self.container_pid = 0
-        # create/start mode: the init the runtime created and the program it ran then
-        # (the runtime's own), until it has run the container's process.
-        self.created_init: tuple[int, str] | None = None
+        # create/start mode: the init the runtime created (0: none yet), the container's
+        # once it has exec'd the container's process.
+        self.created_init = 0
         self.pending_signals: list[tuple[int, bool]] = []
         # When the container was sent SIGKILL: its runtime must end soon after.
         self.killed_at: float | None = None
@@ -79,8 +79,8 @@ class Agent(ContainerModes):
         # (an order waits for every task to run) or from the start (the local backend's
         # stand-in takes the container's namespaces): RunTimeQuery is asked until then.
         # A restore says so by itself.
-        self.running_wanted = (env.get("PYSCRUN_AGENT_RUNNING") == "report"
-                               and not env.get("PYSCRUN_AGENT_RESTORE"))
+        self.restoring = bool(env.get("PYSCRUN_AGENT_RESTORE"))
+        self.running_wanted = env.get("PYSCRUN_AGENT_RUNNING") == "report" and not self.restoring
         self.running_reported = False
         # The caller's fds 3.. for the container (--preserve-fds; the local backend only).
         self.preserve_fds = int(env.get("PYSCRUN_AGENT_PRESERVE_FDS") or 0)
@@ -199,16 +199,16 @@ class Agent(ContainerModes):
         """
         if self.container_pid or self.commands is None:
             return self.container_pid
-        if self.created_init is not None:
-            pid, runtime_program = self.created_init
-            if processes.program(pid) != runtime_program:
-                self.container_pid = pid
+        if self.created_init:
+            if processes.ran_exec(self.created_init):
+                self.container_pid = self.created_init
             return self.container_pid
         if self.conf.RunTimeQuery:
             pid = self.commands.running_pid()
-            if pid:
-                # "running" as soon as the init may go on, maybe before its exec.
-                processes.await_exec(pid, self.commands.values.args)
+            if pid and not self.restoring:
+                # "running" as soon as the init may go on, maybe before its exec. (CRIU
+                # forks the restored processes, which exec'd before their dump.)
+                processes.await_exec(pid)
             self.container_pid = pid
             return self.container_pid
         return self.runtime_pid
@@ -328,8 +328,7 @@ class Agent(ContainerModes):
                                                     self._start_guard(task))
             if sealed_program.needed():
                 # The command that starts the container's process runs from a sealed copy.
-                restoring = bool(self.env.get("PYSCRUN_AGENT_RESTORE"))
-                commands.seal_programs(("RunTimeRestore",) if restoring else CREATING,
+                commands.seal_programs(("RunTimeRestore",) if self.restoring else CREATING,
                                        self.sealing)
             if self.sealing is not None:
                 self.sealing.close()

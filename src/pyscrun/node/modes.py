@@ -32,7 +32,7 @@ class ContainerModes(AgentOrders):
     env: dict[str, str]
     process: Child | None
     runtime_pid: int
-    created_init: tuple[int, str] | None
+    created_init: int
     ended_by_itself: bool
     running_reported: bool
     preserve_fds: int
@@ -115,7 +115,7 @@ class ContainerModes(AgentOrders):
         self.container_pid = adopted[0]
         # The runtime's run returns once it told its init to go on: maybe before the
         # init's exec (runc's often, under load).
-        processes.await_exec(self.container_pid, commands.values.args)
+        processes.await_exec(self.container_pid)
         self._set_pid(self.container_pid)
         self._report_running()
         return self.wait_for(self.container_pid)
@@ -170,7 +170,7 @@ class ContainerModes(AgentOrders):
                 raise RuntimeCommandError("the runtime did not report the container created")
             time.sleep(0.02)
         pid = int(document.get("pid", 0))
-        self.created_init = (pid, processes.program(pid))
+        self.created_init = pid
         self._set_pid(pid)
         code, _ = commands.run("RunTimeStart")
         if code != 0:

@@ -8,12 +8,10 @@ import time
 
 from pyscrun.oci.state import process_start_time, shell_status
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Sequence
-
 # How long a container's init may take to exec the container's program.
 EXEC_WAIT = 1.0
+# A process forked that has not exec'd since (linux/sched.h).
+_PF_FORKNOEXEC = 0x40
 
 
 def wait_status(pid: int) -> tuple[int, bool]:
@@ -27,14 +25,6 @@ def wait_status(pid: int) -> tuple[int, bool]:
     return shell_status(status), os.WIFEXITED(status) and os.WEXITSTATUS(status) < 128
 
 
-def program(pid: int) -> str:
-    """What pid runs ('' once it is gone): it changes when the process execs."""
-    try:
-        return os.readlink(f"/proc/{pid}/exe")
-    except OSError:
-        return ""
-
-
 def pid_in(path: str) -> int:
     """The pid a runtime wrote to its pid file (0: none yet)."""
     try:
@@ -44,28 +34,29 @@ def pid_in(path: str) -> int:
         return 0
 
 
-def await_exec(pid: int, args: Sequence[str], timeout: float = EXEC_WAIT) -> None:
-    """Wait until pid, a container's init that its runtime forked, runs the container's
-    program rather than the runtime's code still: a signal reaching that code ends it
-    with a status of its own (runc's exits 2 on SIGTERM), and the container with it.
+def ran_exec(pid: int) -> bool:
+    """Whether pid, a container's init its runtime forked, has exec'd since (whatever
+    the program it runs then calls itself), or has ended (gone, or a zombie). Before
+    the exec it runs the runtime's own code, which a signal would end with a status of
+    its own (runc's exits 2 on SIGTERM), and the container with it. The kernel marks a
+    process from its fork to its exec (PF_FORKNOEXEC, in /proc/PID/stat's flags); a
+    runtime's init is forked (runc's is cloned), never exec'd, until the container's
+    program."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as source:
+            stat = source.read()
+    except OSError:
+        return True
+    # "PID (COMM) STATE PPID PGRP SESSION TTY TPGID FLAGS ...": the name may hold any
+    # byte, parentheses included.
+    fields = stat.rpartition(b") ")[2].split()
+    return fields[0] == b"Z" or not int(fields[6]) & _PF_FORKNOEXEC
 
-    execve names a process after the file it runs (its first 15 bytes). A program that
-    renames itself is told by its executable, which changed since the wait began
-    (before its exec the runtime's, unreadable while it is not dumpable), or by the
-    timeout; a process that ended (gone, or a zombie) ends the wait too."""
-    name = os.path.basename(args[0]).encode()[:15] if args else b""
-    began = program(pid)
+
+def await_exec(pid: int, timeout: float = EXEC_WAIT) -> None:
+    """Wait until pid ran_exec, at most timeout seconds (an init that never execs)."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as source:
-                stat = source.read()
-        except OSError:
-            return
-        # "PID (COMM) STATE ...": the name may hold any byte, parentheses included.
-        named, _, rest = stat.partition(b" (")[2].rpartition(b") ")
-        if named == name or rest[:1] == b"Z" or program(pid) != began:
-            return
+    while not ran_exec(pid) and time.monotonic() < deadline:
         time.sleep(0.001)
 
 
