@@ -1,4 +1,4 @@
-"""The processes below a node agent: waiting for them, what they run, their trees."""
+"""The processes below a node agent: waiting for them, whether they exec'd, their trees."""
 
 from __future__ import annotations
 
