@@ -473,4 +473,8 @@ def hangs_and_failures(count: int, run_once: Callable[[], subprocess.CompletedPr
         if done.returncode != 0:
             errors = runtime.log_errors()[logged:] if runtime is not None else []
             failures.append(f"run {i}: rc={done.returncode} {done.stderr[-300:]!r} {errors}")
+            # Whole, for a failing test's report (its captured output): the assertion
+            # shows the failures cut short.
+            print(f"run {i}: exit {done.returncode}, stderr:\n"
+                  f"{done.stderr.decode(errors='replace')}\nlogged: {errors}")
     return failures
