@@ -8,7 +8,6 @@ import platform
 import pwd
 import select
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -18,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.integration.accounts import pause_process
+from tests.integration.accounts import pause_process, stop_new_pause_process
 
 REPO = Path(__file__).resolve().parents[1]
 SCRUN = Path(sys.executable).parent / "scrun"
@@ -180,9 +179,7 @@ class Runtimes:
                 (node_dir / "oci.conf").write_text(text)
 
     def close(self) -> None:
-        pause = pause_process(BENCH_USER)
-        if pause and pause != self.pause_before:
-            os.kill(pause, signal.SIGTERM)
+        stop_new_pause_process(BENCH_USER, self.pause_before)
         subprocess.run(["bash", str(REPO / "scripts/cluster.sh"), "down"], capture_output=True,
                        check=False)
         shutil.rmtree(self.dir, ignore_errors=True)

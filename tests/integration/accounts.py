@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import pwd
 import shlex
+import signal
 import subprocess
 import uuid
 from dataclasses import dataclass
@@ -39,6 +40,14 @@ def pause_process(name: str) -> int:
     except (KeyError, OSError, ValueError):
         pass
     return 0
+
+
+def stop_new_pause_process(name: str, before: int) -> None:
+    """Stop the user's pause process unless it is the one that ran before (pause_process
+    then; 0: none): what the suite or the bench started is not left behind."""
+    pid = pause_process(name)
+    if pid and pid != before:
+        os.kill(pid, signal.SIGTERM)
 
 
 def podman_env() -> dict[str, str]:

@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,6 +15,7 @@ from tests.integration.accounts import (
     Account,
     account,
     pause_process,
+    stop_new_pause_process,
     user_dir,
 )
 from tests.integration.harness import (
@@ -47,9 +47,7 @@ def _no_pause_process_left() -> Iterator[None]:
     before = {name: pause_process(name) for name in users}
     yield
     for name in users:
-        pid = pause_process(name)
-        if pid and pid != before[name]:
-            os.kill(pid, signal.SIGTERM)
+        stop_new_pause_process(name, before[name])
 
 
 @pytest.fixture(params=sorted(OCI_CONFS))
