@@ -92,6 +92,8 @@ CHANNELS: dict[str, dict[str, dict[str, Field]]] = {
         "event exit": {"status": Field(int, required=True, low=0, high=255)},
         "event running": {"pid": Field(int, NONE, low=1, high=(1 << 22))},
         "event checkpointed": {"error": ERROR, "frozen": Field(bool, NONE)},
+        # the job's warning of its end reached the agent's task
+        "event job-ending": {},
         "event ordered": {"order": Field(str, required=True,
                                          choices=("pause", "resume", "update", "ps", "stats")),
                           "error": ERROR, "pids": Field(list, NONE),

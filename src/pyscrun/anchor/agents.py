@@ -122,7 +122,8 @@ class Agents:
         return sorted({agent.node for agent in self.connected if agent.node})
 
     # -- checkpoint ----------------------------------------------------------------------
-    def start_checkpoint(self, client: Connection, order: dict[str, Any]) -> None:
+    def start_checkpoint(self, client: Connection | None, order: dict[str, Any]) -> None:
+        """client: who asked, None for the anchor's own (a move to a new job)."""
         from pyscrun.anchor.checkpointing import CheckpointRound
 
         self.round = CheckpointRound(order, {a: a.task or "0" for a in self.connected})

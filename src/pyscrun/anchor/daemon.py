@@ -18,7 +18,8 @@ from pyscrun import backends, identity, log, poller, selfpipe
 from pyscrun.anchor.agent_port import AgentPort
 from pyscrun.anchor.agents import AgentLink, Agents
 from pyscrun.anchor.control import Connection, ControlSocket
-from pyscrun.anchor.ending import DRAIN_TIMEOUT, Ending, wait_status
+from pyscrun.anchor.ending import DRAIN_TIMEOUT, wait_status
+from pyscrun.anchor.moving import Moving
 from pyscrun.anchor.request import TERMINATING_SIGNALS, CreateRequest
 from pyscrun.anchor.staging import Staging
 from pyscrun.anchor.stdio import HIGH_WATER, CallerStdio
@@ -50,7 +51,7 @@ if TYPE_CHECKING:
 AGENT_LOST_GRACE = 10.0
 
 
-class Anchor(Ending):
+class Anchor(Moving):
     def __init__(self, request: CreateRequest) -> None:
         self.request = request
         self.store = request.store
@@ -77,6 +78,9 @@ class Anchor(Ending):
         self.launch_error = ""
         self.launcher_output: dict[int, _socket.socket] = {}
         self.mount_table = None
+        self.move_images = ""
+        self.move_dumped = False
+        self.move_abandoned = False
         # Clients of a checkpoint that stops the container, answered once it has.
         self.stopped_waiters: list[tuple[Connection, dict[str, Any]]] = []
         self.task_order: TaskOrder | None = None  # a pause or resume in progress
@@ -125,7 +129,8 @@ class Anchor(Ending):
         self.allocation = self.backend.allocate(
             self.site, self.state, self.request.job_options, self.request.job_environ(),
             self.signals, queued_is_enough=self.request.restore is None,
-            started=started, variables=self.request.hooks is not None)
+            started=started, variables=self.request.hooks is not None,
+            warn_before=self.request.move_before_end())
         self.state.job_id = self.allocation.job_id
         self.state.job_owned = self.allocation.owned
         self.store.save(self.state)

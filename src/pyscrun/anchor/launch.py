@@ -12,7 +12,7 @@ import os
 from pyscrun import identity, jsonc, log, mountinfo, poller
 from pyscrun.anchor.orders import Orders
 from pyscrun.anchor.stdio import CallerStdio
-from pyscrun.backends.base import LaunchRequest
+from pyscrun.backends.base import MOVE_SIGNAL, LaunchRequest
 from pyscrun.channel import frames
 from pyscrun.conf import scrun_env
 from pyscrun.errors import BackendError, CheckpointError, InvalidState, ScrunError
@@ -134,6 +134,9 @@ class Launch(Orders):
             agent_env["PYSCRUN_AGENT_HOLD"] = "1"  # until start
         if self.request.restore is not None:
             agent_env["PYSCRUN_AGENT_RESTORE"] = jsonc.dumps(self.request.restore)
+        if self.request.move_before_end() and self.allocation.owned:
+            # Its agents take the job's warning as the word to move, not the container's.
+            agent_env["PYSCRUN_AGENT_MOVE_SIGNAL"] = str(MOVE_SIGNAL)
         if self.backend.name == "local":
             # The agent runs on this machine, with its configuration: it dials the
             # anchor on loopback.
@@ -170,7 +173,8 @@ class Launch(Orders):
                     log.current.debug(f"no probe in the bundle ({err}): nodes see it")
         pass_stdio = self.backend.name == "slurm" and self.terminal_fd is None
         if pass_stdio:
-            self.stdio = CallerStdio()
+            if self.stdio is None:  # a container moved to a new job keeps its caller's
+                self.stdio = CallerStdio()
             agent_env["PYSCRUN_AGENT_STDIO"] = "stream"
         # Launched before start, srun's own output (a value it refuses, an agent's
         # error) waits in sockets of the anchor's until start, then joins the

@@ -66,6 +66,15 @@ class Orders:
     def _report_ready(self, error: str | None) -> None:
         raise NotImplementedError
 
+    def _job_ending(self) -> None:
+        raise NotImplementedError
+
+    def _dumped_for_move(self, reply: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def _moved_in(self) -> None:
+        raise NotImplementedError
+
     def _handle(self, client: Connection, message: dict[str, Any]) -> dict[str, Any] | None:
         op = message.get("op")
         if op == "start":
@@ -121,7 +130,10 @@ class Orders:
             restore = self.request.restore
             if restore is not None and self.agents.running >= int(restore.get("tasks", 1)):
                 self._report_ready(None)
+                self._moved_in()
             self._give_waiting_orders()
+        elif event == "job-ending":
+            self._job_ending()
         elif event == "ordered":
             if self.task_order is not None:
                 self.task_order.answered(agent, message)
@@ -262,7 +274,10 @@ class Orders:
         client = self.agents.round_client
         stops = self.agents.round is not None and not self.agents.round.order.get("leave_running")
         reply = self.agents.finish_checkpoint(self.state.id, self.state.job_id)
-        if reply is None or client is None:
+        if reply is None:
+            return
+        if client is None:
+            self._dumped_for_move(reply)  # the anchor's own: the container moves
             return
         if reply["ok"] and stops:
             # As with runc, checkpoint returns once the container has stopped: the

@@ -64,6 +64,22 @@ class CreateRequest:
                 environ["SLURM_JOB_ID"] = given
         return environ
 
+    def move_before_end(self) -> int:
+        """How many seconds before its job's end the container moves to a new job
+        (pyscrun.conf's MoveBeforeEnd), 0 where it does not: CRIU checkpoints root's
+        containers only, and a terminal's in run mode only; a job staged by scrun.lua
+        would need staging again; a job the caller gave (SLURM_JOB_ID) is not the
+        container's to leave; and one with a signal of the caller's (SCRUN_SIGNAL)
+        cannot have another."""
+        from pyscrun import identity
+
+        seconds = self.site.pyscrun.MoveBeforeEnd
+        if (not seconds or self.site.backend != "slurm" or self.hooks is not None
+                or self.bundle.terminal or "SCRUN_SIGNAL" in self.job_options
+                or self.job_environ().get("SLURM_JOB_ID") or not identity.is_root()):
+            return 0
+        return int(seconds)
+
     def abandon_started_allocation(self) -> None:
         """Give up the job asked for early if nothing waited on it (the anchor failed
         before): no salloc, and no job, is left behind."""

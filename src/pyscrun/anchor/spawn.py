@@ -54,7 +54,7 @@ def _start_early(request: CreateRequest) -> None:
     request.signals = selfpipe.catch(TERMINATING_SIGNALS)
     request.started_allocation = backends.get(request.site.backend).start_allocation(
         request.site, request.container_id, request.job_options, request.job_environ(),
-        variables=request.hooks is not None)
+        variables=request.hooks is not None, warn_before=request.move_before_end())
 
 
 def start_anchor(request: CreateRequest, keep_fds: tuple[int, ...]) -> tuple[int, int]:

@@ -36,6 +36,12 @@ def start_command(argv: list[str], env: Mapping[str, str],
         raise BackendError(f"cannot run {spawned[0]}: {err.strerror}") from None
 
 
+# The signal a job's steps get shortly before its end (MoveBeforeEnd): SIGURG, whose
+# default action is to do nothing, so that whatever else of the job it reaches (srun,
+# the shell of a plain step) goes on; the node agents take it as the word to move.
+MOVE_SIGNAL = 23
+
+
 class Allocation:
     def __init__(self, job_id: str, nodes: list[str], owned: bool,
                  env: dict[str, str] | None = None, handle: object = None) -> None:
@@ -75,10 +81,12 @@ class Backend:
     name = "abstract"
 
     def start_allocation(self, site: Site, container_id: str, options: dict[str, str],
-                         environ: dict[str, str], variables: bool = False) -> object:
+                         environ: dict[str, str], variables: bool = False,
+                         warn_before: int = 0) -> object:
         """Start asking for the job and return at once, for allocate to wait on
         (`started`); None if there is nothing to start. Never raises. variables: the
-        job's variables will be wanted (job_variables)."""
+        job's variables will be wanted (job_variables). warn_before: seconds before the
+        job's end at which its steps get MOVE_SIGNAL (0: never)."""
         return None
 
     def abandon_allocation(self, site: Site, started: object) -> None:
@@ -87,11 +95,12 @@ class Backend:
     def allocate(self, site: Site, state: ContainerState, options: dict[str, str],
                  environ: dict[str, str], interrupt_fd: int = -1,
                  queued_is_enough: bool = False, started: object = None,
-                 variables: bool = False) -> Allocation:
+                 variables: bool = False, warn_before: int = 0) -> Allocation:
         """The job the container runs in (from started, what start_allocation began,
         if given). A wait for it (a queued job) gives up, and leaves no job, as soon as
         interrupt_fd is readable. queued_is_enough: return once the job is queued
-        (`queued` set; follow it with `advance`). variables: as start_allocation's."""
+        (`queued` set; follow it with `advance`). variables and warn_before: as
+        start_allocation's."""
         raise NotImplementedError
 
     def job_variables(self, allocation: Allocation) -> dict[str, str]:

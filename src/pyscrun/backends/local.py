@@ -26,7 +26,7 @@ class LocalBackend(Backend):
     def allocate(self, site: Site, state: ContainerState, options: dict[str, str],
                  environ: dict[str, str], interrupt_fd: int = -1,
                  queued_is_enough: bool = False, started: object = None,
-                 variables: bool = False) -> Allocation:
+                 variables: bool = False, warn_before: int = 0) -> Allocation:
         # The anchor's pid and start time name the "job": like a Slurm job id, never
         # reused (until reboot), so the task dir and runtime ids a container left behind
         # after a crash cannot stand in the way of a later container with the same pid.

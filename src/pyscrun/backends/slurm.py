@@ -13,6 +13,7 @@ import time
 from pyscrun import child, identity, log
 from pyscrun.backends import salloc
 from pyscrun.backends.base import (
+    MOVE_SIGNAL,
     Allocation,
     Backend,
     LaunchRequest,
@@ -108,11 +109,14 @@ def await_terminal_size(timeout: float = TERMINAL_SIZE_WAIT) -> None:
         time.sleep(0.01)
 
 
-def _salloc_argv(container_id: str, options: dict[str, str]) -> list[str]:
+def _salloc_argv(container_id: str, options: dict[str, str], warn_before: int) -> list[str]:
+    """warn_before: seconds before the job's end at which its steps get MOVE_SIGNAL
+    (0: never)."""
     job_name = options.get("SCRUN_JOB_NAME", "scrun")
+    warning = [f"--signal={MOVE_SIGNAL}@{warn_before}"] if warn_before else []
     return ["salloc", f"--job-name={job_name}", f"--comment=scrun container {container_id}",
-            *(a for a in scrun_env.arguments(options, scrun_env.ALLOC)
-              if not a.startswith("--job-name="))]
+            *warning, *(a for a in scrun_env.arguments(options, scrun_env.ALLOC)
+                        if not a.startswith("--job-name="))]
 
 
 def _node_count(site: Site, job_id: str, variables: dict[str, str]) -> str:
@@ -132,15 +136,16 @@ class SlurmBackend(Backend):
     name = "slurm"
 
     def start_allocation(self, site: Site, container_id: str, options: dict[str, str],
-                         environ: dict[str, str], variables: bool = False) -> object:
+                         environ: dict[str, str], variables: bool = False,
+                         warn_before: int = 0) -> object:
         """salloc, asking at once: its answer comes while the anchor gets ready. None
         where no job is asked for (SLURM_JOB_ID given), or salloc does not start
         (allocate then says why)."""
         if environ.get("SLURM_JOB_ID"):
             return None
         try:
-            return HeldAllocation.start(_salloc_argv(container_id, options), _env(site),
-                                        variables)
+            return HeldAllocation.start(_salloc_argv(container_id, options, warn_before),
+                                        _env(site), variables)
         except BackendError:
             return None
 
@@ -153,7 +158,7 @@ class SlurmBackend(Backend):
     def allocate(self, site: Site, state: ContainerState, options: dict[str, str],
                  environ: dict[str, str], interrupt_fd: int = -1,
                  queued_is_enough: bool = False, started: object = None,
-                 variables: bool = False) -> Allocation:
+                 variables: bool = False, warn_before: int = 0) -> Allocation:
         given = environ.get("SLURM_JOB_ID")
         if given:
             # The job's variables are the caller's, as Slurm's scrun scrapes them.
@@ -161,7 +166,8 @@ class SlurmBackend(Backend):
                               env={**salloc.job_variables_in(environ), "SLURM_JOB_ID": given})
         try:
             held = started if isinstance(started, HeldAllocation) else \
-                HeldAllocation.start(_salloc_argv(state.id, options), _env(site), variables)
+                HeldAllocation.start(_salloc_argv(state.id, options, warn_before), _env(site),
+                                     variables)
             held.await_job(SALLOC_TIMEOUT, interrupt_fd, queued_is_enough)
         except BackendError as err:
             raise BackendError(

@@ -34,6 +34,9 @@ PYSCRUN_DEFAULTS = {
     "RunTimeUpdate": "",
     "RunTimeExec": "",
     "RunTimeStats": "",
+    # Seconds before its job's end (time limit, or a preemption's signal) at which a
+    # container moves to a new job: checkpointed, then restored there. Empty: never.
+    "MoveBeforeEnd": "",
 }
 # The verb each is derived with, and what follows it before the container's name.
 _DERIVED = {"RunTimeCheckpoint": "checkpoint %@", "RunTimeRestore": "restore %@ --bundle %b",
@@ -41,6 +44,8 @@ _DERIVED = {"RunTimeCheckpoint": "checkpoint %@", "RunTimeRestore": "restore %@ 
             "RunTimeUpdate": "update --resources %@", "RunTimeExec": "exec --process %@",
             "RunTimeStats": "events --stats"}
 _PYSCRUN_KEYS = {name.lower(): name for name in PYSCRUN_DEFAULTS}
+# The most seconds Slurm's --signal takes before a job's end.
+MAX_WARNING = 65535
 
 
 class PyscrunConf:
@@ -56,6 +61,7 @@ class PyscrunConf:
     RunTimeUpdate: str
     RunTimeExec: str
     RunTimeStats: str
+    MoveBeforeEnd: str
 
     def __init__(self, **values: str) -> None:
         for name, default in PYSCRUN_DEFAULTS.items():
@@ -76,6 +82,9 @@ def _parse_pyscrun_conf(path: str) -> PyscrunConf:
             raise ConfigError(f"{path}:{line}: unknown directive {key!r}")
         if name.startswith("RunTime"):
             patterns.check(value, f"{path}:{line}")
+        if name == "MoveBeforeEnd" and value and not (value.isdigit() and 0 < int(value) <= MAX_WARNING):
+            raise ConfigError(f"{path}:{line}: MoveBeforeEnd must be a number of seconds "
+                              f"from 1 to {MAX_WARNING}, not {value!r}")
         if name == "AgentPortRange" and value:
             from pyscrun.channel.tcp import parse_port_range
 

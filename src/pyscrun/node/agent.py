@@ -86,6 +86,8 @@ class Agent(ContainerModes):
         self.preserve_fds = int(env.get("PYSCRUN_AGENT_PRESERVE_FDS") or 0)
         # A step launched at create: the container waits for its start (the anchor's go).
         self.held = env.get("PYSCRUN_AGENT_HOLD") == "1"
+        # The job's warning of its end (0: none): the anchor moves the container then.
+        self.move_signal = int(env.get("PYSCRUN_AGENT_MOVE_SIGNAL") or 0)
 
     # -- control channel -------------------------------------------------------------
     def connect(self) -> None:
@@ -229,7 +231,10 @@ class Agent(ContainerModes):
 
     def _on_signal(self, reader: int) -> None:
         for signum in selfpipe.received(reader):
-            self.deliver(signum)
+            if signum == self.move_signal:
+                self._send({"event": "job-ending"})
+            else:
+                self.deliver(signum)
 
     # -- the run ---------------------------------------------------------------------
     def wait_for(self, pid: int) -> int:
@@ -310,7 +315,8 @@ class Agent(ContainerModes):
     def main(self) -> int:
         task = Task(self.conf, self.ident, self.env)
         self.task_dir = task.dir
-        selfpipe.install(self.selector, _FORWARDED_SIGNALS, "signal")
+        selfpipe.install(self.selector, (*_FORWARDED_SIGNALS, *(
+            (self.move_signal,) if self.move_signal else ())), "signal")
         self.connect()
         try:
             baseline = None

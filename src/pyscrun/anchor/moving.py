@@ -1,0 +1,153 @@
+"""A container that outlives its job: moved to a new one before the old one ends.
+
+With pyscrun.conf's MoveBeforeEnd, salloc asks Slurm for a warning that many seconds
+before the job's end (its time limit; a preemption sends it too where the site sets
+`PreemptParameters=send_user_signal`). The node agents take that signal as the word
+to move and tell the anchor, which then:
+
+1. checkpoints every task into the container's spool dir, as a checkpoint that stops
+   the container does (all of them or none; the images come over the channel where a
+   node does not see that dir);
+2. once the step has ended, gives the old job back and asks for a new one;
+3. restores every task from those images in the new job's step.
+
+podman sees the container running throughout, its output goes on in the same pipes,
+and its end is the restored container's. A move that cannot be made (the dump fails)
+leaves the container to end with its job, as without MoveBeforeEnd. A kill or delete
+during a move ends the container there.
+
+A base of the anchor (anchor/daemon.py), which holds the state it works on."""
+
+from __future__ import annotations
+
+import os
+
+from pyscrun import log, poller
+from pyscrun.anchor.agents import Agents
+from pyscrun.anchor.ending import Ending
+from pyscrun.errors import CheckpointError, ScrunError
+from pyscrun.fs import remove_tree
+from pyscrun.node.criu import PROBE, UNPROBED
+from pyscrun.oci.state import RUNNING
+from pyscrun.watch import watch
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+# The directory of the container's spool dir that holds a move's images.
+MOVE_DIR = "move"
+
+
+class Moving(Ending):
+    # What the anchor holds (anchor/daemon.py), beside what Ending uses.
+    signals: int
+    move_images: str  # while a move is under way: where its images are
+    move_dumped: bool  # its images are complete: the container goes on once its step ends
+    move_abandoned: bool  # a kill came during the move: the container ends instead
+
+    def _job_ending(self) -> None:
+        """The job's warning reached a task: the container moves, once, if it runs."""
+        if self.move_images or self.exit_status is not None:
+            return
+        if self.state.status != RUNNING or not self.agents.all_running():
+            log.current.error(f"the job's end is near, but a container that is "
+                              f"{self.state.status} does not move: it ends with its job")
+            return
+        if self.agents.round is not None or self.task_order is not None:
+            log.current.error("the job's end is near, but another order is in progress: "
+                              "the container ends with its job")
+            return
+        images = os.path.join(self.store.spool_dir(self.state.id), MOVE_DIR)
+        remove_tree(images)
+        order = {"op": "checkpoint", "image_path": images, "work_path": "",
+                 "leave_running": False}
+        log.current.info(f"job {self.state.job_id} ends in {self.request.move_before_end()} s: "
+                         "moving the container to a new job")
+        try:
+            self.agents.start_checkpoint(None, order)
+        except CheckpointError as err:
+            log.current.error(f"the container cannot move: {err}; it ends with its job")
+            return
+        self.move_images, self.move_dumped, self.move_abandoned = images, False, False
+        self._answer_checkpoint()
+
+    def _dumped_for_move(self, reply: dict[str, Any]) -> None:
+        """The move's checkpoint is over: its tasks now end, or they go on where it failed."""
+        if reply.get("ok"):
+            self.move_dumped = True
+            return
+        log.current.error(f"the container cannot move: {reply.get('error')}; "
+                          "it ends with its job")
+        remove_tree(self.move_images)
+        self.move_images = ""
+
+    def _kill(self, signum: int, every: bool = False) -> None:
+        if self.move_images:
+            self.move_abandoned = True
+        super()._kill(signum, every)
+
+    def _end_if_drained(self) -> None:
+        """A dumped container's step ended: it goes on in a new job."""
+        if self.move_dumped and not self.move_abandoned:
+            if self.step_status is not None:
+                self._carry_over()
+            return
+        super()._end_if_drained()
+
+    def _carry_over(self) -> None:
+        tasks = self.agents.tasks
+        self.move_dumped = False
+        self._forget_step()
+        order: dict[str, Any] = {"image_path": self.move_images, "work_path": "",
+                                 "tasks": tasks}
+        from pyscrun.anchor.checkpointing import place_probe
+
+        try:
+            self.restore_probe = place_probe(self.move_images)
+            order[PROBE] = os.path.basename(self.restore_probe)
+        except CheckpointError:
+            order[PROBE] = UNPROBED
+        self.request.restore = order
+        old, self.allocation = self.allocation, None
+        if old is not None:
+            try:
+                self.backend.release(self.site, old)
+            except ScrunError as err:
+                log.current.error(f"releasing job {old.job_id}: {err}")
+        try:
+            self.allocation = self.backend.allocate(
+                self.site, self.state, self.request.job_options, self.request.job_environ(),
+                self.signals, queued_is_enough=True, warn_before=self.request.move_before_end())
+            self.state.job_id = self.allocation.job_id
+            self._save_state()
+            if self.allocation.queued:
+                self.selector.register(self.backend.queue_fd(self.allocation), poller.READ,
+                                       "queued")
+                return
+            self._launch()
+        except ScrunError as err:
+            log.current.error(f"the container could not move to a new job: {err}")
+            self.exit_status = 255
+            return
+        log.current.info(f"container moved to job {self.state.job_id}")
+
+    def _forget_step(self) -> None:
+        """What the anchor held of the ended step and its agents: let go, for the next."""
+        for link in self.agents.connected:
+            watch(self.selector, link.peer.sock, 0, link)
+            link.peer.close()
+        self.agents = Agents()
+        assert self.agent_port is not None
+        self.agent_port.agents = self.agents
+        self.step = None
+        self.step_status = None
+        self.drain_deadline = None
+        self.kill_deadline = None
+        self.launcher_output = {}
+
+    def _moved_in(self) -> None:
+        """Every task runs again: the move's images are of no more use."""
+        if self.move_images and not self.move_dumped:
+            remove_tree(self.move_images)
+            self.move_images = ""

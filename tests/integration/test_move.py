@@ -1,0 +1,95 @@
+"""A container outlives its job's time limit: pyscrun.conf's MoveBeforeEnd moves it to a
+new job before the end (checkpointed, the job given back, restored in a new one),
+while podman sees it run on; with real podman, Slurm, runc and CRIU.
+
+As root: CRIU needs it."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.integration.harness import (
+    IMAGE,
+    Cluster,
+    LeakCheck,
+    Runtime,
+    make_slurm_runtime,
+    podman,
+    require,
+    slurm,
+    wait_for,
+)
+
+# Each line: the count, the node, and the job the container was started in (its
+# environment, restored with its memory).
+COUNTER = ("i=0; while true; do i=$((i+1)); echo \"$i $(hostname) $SLURM_JOB_ID\"; "
+           "sleep 0.2; done")
+# With a one-minute limit the warning is due 5 s into each job; slurmctld sends it at
+# its next look at the jobs' limits (every 30 s here at the most).
+WARNING = 55
+
+
+@pytest.fixture
+def runtime(cluster: Cluster, tmp_path: Path) -> Iterator[Runtime]:
+    require("criu", "criu (installed by scripts/criu-setup.sh through `make setup`)")
+    conf = cluster.up(3)
+    made = make_slurm_runtime(tmp_path, conf,
+                              extra_files={"pyscrun.conf": f"MoveBeforeEnd={WARNING}\n"})
+    leaks = LeakCheck(made, str(tmp_path), conf)
+    yield made
+    from tests.integration.accounts import podman_env
+
+    subprocess.run(["podman", "rm", "-f", "-a", "-t", "0"], capture_output=True, check=False,
+                   env=podman_env())
+    leaks.check()
+
+
+def _ok(runtime: Runtime, *args: str) -> str:
+    done = podman(runtime, *args)
+    assert done.returncode == 0, f"podman {' '.join(args)}: {done.stderr.decode()}"
+    return done.stdout.decode()
+
+
+def _counts(runtime: Runtime, name: str) -> list[int]:
+    logs = podman(runtime, "logs", name).stdout.decode()
+    return [int(m.group(1)) for m in re.finditer(r"^(\d+) \S+ \d+$", logs, re.M)]
+
+
+def _jobs(runtime: Runtime) -> list[str]:
+    out = slurm(runtime.slurm_conf.resolve(), "squeue", "-h", "-o", "%i").stdout
+    return out.split()
+
+
+def test_a_container_outlives_its_jobs_time_limit(runtime: Runtime) -> None:
+    name = f"m{uuid.uuid4().hex[:8]}"
+    _ok(runtime, "run", "-d", "--name", name, "-e", "SCRUN_TIMELIMIT=1", IMAGE, "sh", "-c",
+        COUNTER)
+    wait_for(lambda: len(_jobs(runtime)) == 1, 30, "the container's job")
+    first = _jobs(runtime)[0]
+    # Two moves: the second from a job the first made.
+    seen = [first]
+
+    def moved_twice() -> bool:
+        jobs = _jobs(runtime)
+        if len(jobs) == 1 and jobs[0] != seen[-1]:
+            seen.append(jobs[0])
+        return len(seen) >= 3
+
+    wait_for(moved_twice, 150, f"the container to move twice (jobs so far: {seen})")
+    at_move = _counts(runtime, name)[-1]
+    wait_for(lambda: _counts(runtime, name)[-1] >= at_move + 10, 30,
+             "the count to go on in the new job")
+    assert _ok(runtime, "inspect", name, "--format", "{{.State.Status}}").strip() == "running"
+    counts = _counts(runtime, name)
+    # Every number once, in order: nothing counted twice after a restore, nothing lost.
+    assert counts == list(range(1, len(counts) + 1)), counts
+    podman(runtime, "stop", "-t", "1", name)
+    assert _ok(runtime, "inspect", name, "--format", "{{.State.ExitCode}}").strip() == "137"
+    _ok(runtime, "rm", name)
+    wait_for(lambda: not _jobs(runtime), 30, "the last job to end with the container")
