@@ -78,8 +78,8 @@ class Anchor(Moving):
         self.launch_error = ""
         self.launcher_output: dict[int, _socket.socket] = {}
         self.mount_table = None
-        self.move_images = ""
-        self.move_dumped = False
+        self.move_phase = ""
+        self.move_wanted = False
         self.move_abandoned = False
         # Clients of a checkpoint that stops the container, answered once it has.
         self.stopped_waiters: list[tuple[Connection, dict[str, Any]]] = []

@@ -1,9 +1,10 @@
 """A container that outlives its job: moved to a new one before the old one ends.
 
 With pyscrun.conf's MoveBeforeEnd, salloc asks Slurm for a warning that many seconds
-before the job's end (its time limit; a preemption sends it too where the site sets
-`PreemptParameters=send_user_signal`). The node agents take that signal as the word
-to move and tell the anchor, which then:
+before the job's end: its time limit, or a preemption where the site has Slurm send
+the job's signal then (`SlurmctldParameters=preempt_send_user_signal` in 22.05,
+`PreemptParameters=send_user_signal` in 24.11, with a GraceTime to move in). The node
+agents take that signal as the word to move and tell the anchor, which then:
 
 1. checkpoints every task into the container's spool dir, as a checkpoint that stops
    the container does (all of them or none; the images come over the channel where a
@@ -37,20 +38,32 @@ if TYPE_CHECKING:
 
 # The directory of the container's spool dir that holds a move's images.
 MOVE_DIR = "move"
+# A move's phases: its checkpoint round; the tasks dumped, their step ending; the tasks
+# restored in the new job's step, until every one runs.
+DUMPING, DUMPED, RESTORING = "dumping", "dumped", "restoring"
 
 
 class Moving(Ending):
     # What the anchor holds (anchor/daemon.py), beside what Ending uses.
     signals: int
-    move_images: str  # while a move is under way: where its images are
-    move_dumped: bool  # its images are complete: the container goes on once its step ends
+    move_phase: str  # one of the phases above, "" while no move is under way
+    move_wanted: bool  # a warning that could not be acted on yet (tasks not all running)
     move_abandoned: bool  # a kill came during the move: the container ends instead
 
     def _job_ending(self) -> None:
-        """The job's warning reached a task: the container moves, once, if it runs."""
-        if self.move_images or self.exit_status is not None:
+        """The job's warning reached a task: the container moves to a new job, as soon
+        as every task runs it. Warnings of the job being left (each of its tasks gets
+        one) change nothing."""
+        if self.exit_status is not None or self.move_phase in (DUMPING, DUMPED):
             return
-        if self.state.status != RUNNING or not self.agents.all_running():
+        self.move_wanted = True
+        self._move_when_running()
+
+    def _move_when_running(self) -> None:
+        if not self.move_wanted or self.move_phase or not self.agents.all_running():
+            return
+        self.move_wanted = False
+        if self.state.status != RUNNING:
             log.current.error(f"the job's end is near, but a container that is "
                               f"{self.state.status} does not move: it ends with its job")
             return
@@ -58,53 +71,56 @@ class Moving(Ending):
             log.current.error("the job's end is near, but another order is in progress: "
                               "the container ends with its job")
             return
-        images = os.path.join(self.store.spool_dir(self.state.id), MOVE_DIR)
+        images = self._move_images()
         remove_tree(images)
         order = {"op": "checkpoint", "image_path": images, "work_path": "",
                  "leave_running": False}
-        log.current.info(f"job {self.state.job_id} ends in {self.request.move_before_end()} s: "
-                         "moving the container to a new job")
+        log.current.info(f"job {self.state.job_id} ends in {self.request.move_before_end()} s "
+                         "or less: moving the container to a new job")
         try:
             self.agents.start_checkpoint(None, order)
         except CheckpointError as err:
             log.current.error(f"the container cannot move: {err}; it ends with its job")
             return
-        self.move_images, self.move_dumped, self.move_abandoned = images, False, False
+        self.move_phase, self.move_abandoned = DUMPING, False
         self._answer_checkpoint()
+
+    def _move_images(self) -> str:
+        return os.path.join(self.store.spool_dir(self.state.id), MOVE_DIR)
 
     def _dumped_for_move(self, reply: dict[str, Any]) -> None:
         """The move's checkpoint is over: its tasks now end, or they go on where it failed."""
         if reply.get("ok"):
-            self.move_dumped = True
+            self.move_phase = DUMPED
             return
         log.current.error(f"the container cannot move: {reply.get('error')}; "
                           "it ends with its job")
-        remove_tree(self.move_images)
-        self.move_images = ""
+        remove_tree(self._move_images())
+        self.move_phase = ""
 
     def _kill(self, signum: int, every: bool = False) -> None:
-        if self.move_images:
+        if self.move_phase:
             self.move_abandoned = True
         super()._kill(signum, every)
 
     def _end_if_drained(self) -> None:
         """A dumped container's step ended: it goes on in a new job."""
-        if self.move_dumped and not self.move_abandoned:
+        if self.move_phase == DUMPED and not self.move_abandoned:
             if self.step_status is not None:
                 self._carry_over()
             return
         super()._end_if_drained()
 
     def _carry_over(self) -> None:
-        tasks = self.agents.tasks
-        self.move_dumped = False
+        images = self._move_images()
+        order: dict[str, Any] = {"image_path": images, "work_path": "",
+                                 "tasks": self.agents.tasks}
+        self.move_phase = RESTORING
         self._forget_step()
-        order: dict[str, Any] = {"image_path": self.move_images, "work_path": "",
-                                 "tasks": tasks}
         from pyscrun.anchor.checkpointing import place_probe
 
         try:
-            self.restore_probe = place_probe(self.move_images)
+            self.restore_probe = place_probe(images)
             order[PROBE] = os.path.basename(self.restore_probe)
         except CheckpointError:
             order[PROBE] = UNPROBED
@@ -146,8 +162,12 @@ class Moving(Ending):
         self.kill_deadline = None
         self.launcher_output = {}
 
-    def _moved_in(self) -> None:
-        """Every task runs again: the move's images are of no more use."""
-        if self.move_images and not self.move_dumped:
-            remove_tree(self.move_images)
-            self.move_images = ""
+    def _task_runs(self) -> None:
+        """A task reported its container running: once every task does, a move's images
+        are of no more use, and a warning that came meanwhile is acted on."""
+        if not self.agents.all_running():
+            return
+        if self.move_phase == RESTORING:
+            remove_tree(self._move_images())
+            self.move_phase = ""
+        self._move_when_running()

@@ -72,7 +72,7 @@ class Orders:
     def _dumped_for_move(self, reply: dict[str, Any]) -> None:
         raise NotImplementedError
 
-    def _moved_in(self) -> None:
+    def _task_runs(self) -> None:
         raise NotImplementedError
 
     def _handle(self, client: Connection, message: dict[str, Any]) -> dict[str, Any] | None:
@@ -130,7 +130,7 @@ class Orders:
             restore = self.request.restore
             if restore is not None and self.agents.running >= int(restore.get("tasks", 1)):
                 self._report_ready(None)
-                self._moved_in()
+            self._task_runs()
             self._give_waiting_orders()
         elif event == "job-ending":
             self._job_ending()
