@@ -26,10 +26,10 @@ from tests.integration.harness import (
     wait_for,
 )
 
-# Each line: the count, the node, and the job the container was started in (its
-# environment, restored with its memory).
-COUNTER = ("i=0; while true; do i=$((i+1)); echo \"$i $(hostname) $SLURM_JOB_ID\"; "
-           "sleep 0.2; done")
+# Each line: the count, the task, the node, and the job the container was started in
+# (its environment, restored with its memory).
+COUNTER = ("i=0; while true; do i=$((i+1)); echo \"$i task$SLURM_PROCID $(hostname) "
+           "$SLURM_JOB_ID\"; sleep 0.2; done")
 # With a one-minute limit the warning is due 5 s into each job; slurmctld sends it at
 # its next look at the jobs' limits (every 30 s here at the most).
 WARNING = 55
@@ -56,14 +56,29 @@ def _ok(runtime: Runtime, *args: str) -> str:
     return done.stdout.decode()
 
 
-def _counts(runtime: Runtime, name: str) -> list[int]:
+def _counts(runtime: Runtime, name: str, task: int = 0) -> list[int]:
     logs = podman(runtime, "logs", name).stdout.decode()
-    return [int(m.group(1)) for m in re.finditer(r"^(\d+) \S+ \d+$", logs, re.M)]
+    return [int(m.group(1)) for m in re.finditer(rf"^(\d+) task{task} \S+ \d+$", logs, re.M)]
 
 
 def _jobs(runtime: Runtime) -> list[str]:
     out = slurm(runtime.slurm_conf.resolve(), "squeue", "-h", "-o", "%i").stdout
     return out.split()
+
+
+def _moved(runtime: Runtime, seen: list[str], jobs_wanted: int) -> bool:
+    """Notes each new job the container runs in; true once it has run in that many."""
+    jobs = _jobs(runtime)
+    if len(jobs) == 1 and jobs[0] != seen[-1]:
+        seen.append(jobs[0])
+    return len(seen) >= jobs_wanted
+
+
+def _stop_and_remove(runtime: Runtime, name: str) -> None:
+    podman(runtime, "stop", "-t", "1", name)
+    assert _ok(runtime, "inspect", name, "--format", "{{.State.ExitCode}}").strip() == "137"
+    _ok(runtime, "rm", name)
+    wait_for(lambda: not _jobs(runtime), 30, "the last job to end with the container")
 
 
 def test_a_container_outlives_its_jobs_time_limit(runtime: Runtime) -> None:
@@ -74,14 +89,8 @@ def test_a_container_outlives_its_jobs_time_limit(runtime: Runtime) -> None:
     first = _jobs(runtime)[0]
     # Two moves: the second from a job the first made.
     seen = [first]
-
-    def moved_twice() -> bool:
-        jobs = _jobs(runtime)
-        if len(jobs) == 1 and jobs[0] != seen[-1]:
-            seen.append(jobs[0])
-        return len(seen) >= 3
-
-    wait_for(moved_twice, 150, f"the container to move twice (jobs so far: {seen})")
+    wait_for(lambda: _moved(runtime, seen, 3), 150,
+             f"the container to move twice (jobs so far: {seen})")
     at_move = _counts(runtime, name)[-1]
     wait_for(lambda: _counts(runtime, name)[-1] >= at_move + 10, 30,
              "the count to go on in the new job")
@@ -89,7 +98,23 @@ def test_a_container_outlives_its_jobs_time_limit(runtime: Runtime) -> None:
     counts = _counts(runtime, name)
     # Every number once, in order: nothing counted twice after a restore, nothing lost.
     assert counts == list(range(1, len(counts) + 1)), counts
-    podman(runtime, "stop", "-t", "1", name)
-    assert _ok(runtime, "inspect", name, "--format", "{{.State.ExitCode}}").strip() == "137"
-    _ok(runtime, "rm", name)
-    wait_for(lambda: not _jobs(runtime), 30, "the last job to end with the container")
+    _stop_and_remove(runtime, name)
+
+
+def test_every_task_of_a_two_node_container_moves(runtime: Runtime) -> None:
+    """Both tasks, on two nodes, are dumped together and restored in the new job, each
+    going on from its own count."""
+    name = f"t{uuid.uuid4().hex[:8]}"
+    _ok(runtime, "run", "-d", "--name", name, "-e", "SCRUN_TIMELIMIT=1", "-e", "SCRUN_NTASKS=2",
+        "-e", "SCRUN_JOB_NUM_NODES=2", IMAGE, "sh", "-c", COUNTER)
+    wait_for(lambda: len(_jobs(runtime)) == 1, 30, "the container's job")
+    seen = [_jobs(runtime)[0]]
+    wait_for(lambda: _moved(runtime, seen, 2), 100, "the container to move")
+    at_move = {task: _counts(runtime, name, task)[-1] for task in (0, 1)}
+    wait_for(lambda: all(_counts(runtime, name, task)[-1] >= at_move[task] + 10
+                         for task in (0, 1)), 30, "both tasks to count on in the new job")
+    assert _ok(runtime, "inspect", name, "--format", "{{.State.Status}}").strip() == "running"
+    for task in (0, 1):
+        counts = _counts(runtime, name, task)
+        assert counts == list(range(1, len(counts) + 1)), (task, counts)
+    _stop_and_remove(runtime, name)
