@@ -118,3 +118,39 @@ def test_every_task_of_a_two_node_container_moves(runtime: Runtime) -> None:
         counts = _counts(runtime, name, task)
         assert counts == list(range(1, len(counts) + 1)), (task, counts)
     _stop_and_remove(runtime, name)
+
+
+def _job_states(runtime: Runtime) -> dict[str, str]:
+    out = slurm(runtime.slurm_conf.resolve(), "squeue", "-h", "-o", "%i %T").stdout
+    return dict(line.split() for line in out.splitlines())
+
+
+def test_a_move_waits_for_its_new_job_while_podman_sees_it_run(runtime: Runtime) -> None:
+    """The new job queues (a whole-cluster job, waiting since before the move, takes the
+    nodes first): the container waits dumped, podman seeing it run, and goes on once
+    its new job starts."""
+    name = f"w{uuid.uuid4().hex[:8]}"
+    _ok(runtime, "run", "-d", "--name", name, "-e", "SCRUN_TIMELIMIT=1", IMAGE, "sh", "-c",
+        COUNTER)
+    wait_for(lambda: len(_jobs(runtime)) == 1, 30, "the container's job")
+    first = _jobs(runtime)[0]
+    submitted = slurm(runtime.slurm_conf.resolve(), "sbatch", "--parsable", "--exclusive", "-N3",
+                      "--time=1", "--output=/dev/null", "--wrap", "sleep 20")
+    assert submitted.returncode == 0, submitted.stderr
+    blocker = submitted.stdout.strip().split(";")[0]
+    try:
+        def queued_move() -> bool:
+            states = _job_states(runtime)
+            return (states.get(blocker) == "RUNNING"
+                    and any(s == "PENDING" for j, s in states.items() if j not in (first, blocker)))
+
+        wait_for(queued_move, 100, "the container's new job to queue behind the other")
+        assert _ok(runtime, "inspect", name, "--format", "{{.State.Status}}").strip() == "running"
+        at_move = _counts(runtime, name)[-1]
+        wait_for(lambda: _counts(runtime, name)[-1] >= at_move + 10, 60,
+                 "the count to go on once the new job runs")
+    finally:
+        slurm(runtime.slurm_conf.resolve(), "scancel", blocker)
+    counts = _counts(runtime, name)
+    assert counts == list(range(1, len(counts) + 1)), counts
+    _stop_and_remove(runtime, name)
