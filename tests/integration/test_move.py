@@ -154,3 +154,24 @@ def test_a_move_waits_for_its_new_job_while_podman_sees_it_run(runtime: Runtime)
     counts = _counts(runtime, name)
     assert counts == list(range(1, len(counts) + 1)), counts
     _stop_and_remove(runtime, name)
+
+
+def test_a_stop_in_the_middle_of_a_move_ends_the_container(runtime: Runtime) -> None:
+    """`podman stop` while the move's checkpoint is under way: the container ends there
+    (no new job), podman sees it exited, and nothing of the move is left."""
+    name = f"s{uuid.uuid4().hex[:8]}"
+    # 256 MiB held: the dump takes long enough for the stop to come in the middle.
+    held = "held=$(head -c 268435456 /dev/zero | tr '\\0' x); "
+    _ok(runtime, "run", "-d", "--name", name, "-e", "SCRUN_TIMELIMIT=1", IMAGE, "sh", "-c",
+        held + COUNTER)
+    wait_for(lambda: len(_jobs(runtime)) == 1, 30, "the container's job")
+    first = _jobs(runtime)[0]
+    wait_for(lambda: any(runtime.root.glob("*/move")), 100, "the move's checkpoint to begin")
+    done = podman(runtime, "stop", "-t", "1", name)
+    assert done.returncode == 0, done.stderr.decode()
+    state = _ok(runtime, "inspect", name, "--format", "{{.State.Status}} {{.State.ExitCode}}")
+    assert state.split()[0] == "exited" and state.split()[1] in ("137", "143"), state
+    wait_for(lambda: not _jobs(runtime), 30, "the job to end with the container")
+    assert first not in _jobs(runtime)
+    _ok(runtime, "rm", name)
+    assert not any(runtime.root.glob("*/move"))
