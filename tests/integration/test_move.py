@@ -61,9 +61,13 @@ def _counts(runtime: Runtime, name: str, task: int = 0) -> list[int]:
     return [int(m.group(1)) for m in re.finditer(rf"^(\d+) task{task} \S+ \d+$", logs, re.M)]
 
 
+def _job_states(runtime: Runtime) -> dict[str, str]:
+    out = slurm(runtime.slurm_conf.resolve(), "squeue", "-h", "-o", "%i %T").stdout
+    return dict(line.split() for line in out.splitlines())
+
+
 def _jobs(runtime: Runtime) -> list[str]:
-    out = slurm(runtime.slurm_conf.resolve(), "squeue", "-h", "-o", "%i").stdout
-    return out.split()
+    return list(_job_states(runtime))
 
 
 def _moved(runtime: Runtime, seen: list[str], jobs_wanted: int) -> bool:
@@ -118,11 +122,6 @@ def test_every_task_of_a_two_node_container_moves(runtime: Runtime) -> None:
         counts = _counts(runtime, name, task)
         assert counts == list(range(1, len(counts) + 1)), (task, counts)
     _stop_and_remove(runtime, name)
-
-
-def _job_states(runtime: Runtime) -> dict[str, str]:
-    out = slurm(runtime.slurm_conf.resolve(), "squeue", "-h", "-o", "%i %T").stdout
-    return dict(line.split() for line in out.splitlines())
 
 
 def test_a_move_waits_for_its_new_job_while_podman_sees_it_run(runtime: Runtime) -> None:

@@ -140,13 +140,11 @@ class Moving(Ending):
             if self.allocation.queued:
                 self.selector.register(self.backend.queue_fd(self.allocation), poller.READ,
                                        "queued")
-                return
-            self._launch()
+            else:
+                self._launch()
         except ScrunError as err:
             log.current.error(f"the container could not move to a new job: {err}")
             self.exit_status = 255
-            return
-        log.current.info(f"container moved to job {self.state.job_id}")
 
     def _forget_step(self) -> None:
         """What the anchor held of the ended step and its agents: let go, for the next."""
@@ -170,4 +168,5 @@ class Moving(Ending):
         if self.move_phase == RESTORING:
             remove_tree(self._move_images())
             self.move_phase = ""
+            log.current.info(f"container moved to job {self.state.job_id}")
         self._move_when_running()
