@@ -122,12 +122,18 @@ ReturnToService=2
 KillWait=2
 MessageTimeout=5
 InactiveLimit=0
+# Jobs of the urgent partition preempt the others': theirs get the user's --signal at
+# once, and GraceTime seconds later are cancelled (the move-on-preemption test).
+PreemptType=preempt/partition_prio
+PreemptMode=CANCEL
+SlurmctldParameters=preempt_send_user_signal
 EOF
     for ((i = 1; i <= n; i++)); do
         echo "NodeName=n$i NodeAddr=127.0.0.1 NodeHostname=n$i Port=$((PORT_BASE + i)) CPUs=$NODE_CPUS RealMemory=4000 State=UNKNOWN"
     done
-    echo "PartitionName=debug Nodes=$nodes Default=YES OverSubscribe=YES MaxTime=INFINITE State=UP"
-    echo "PartitionName=other Nodes=$nodes Default=NO OverSubscribe=YES MaxTime=INFINITE State=UP"
+    echo "PartitionName=debug Nodes=$nodes Default=YES OverSubscribe=YES MaxTime=INFINITE GraceTime=60 State=UP"
+    echo "PartitionName=other Nodes=$nodes Default=NO OverSubscribe=YES MaxTime=INFINITE GraceTime=60 State=UP"
+    echo "PartitionName=urgent Nodes=$nodes Default=NO PriorityTier=2 MaxTime=INFINITE State=UP"
 }
 
 gen_cgroup_conf() {

@@ -78,6 +78,22 @@ def _moved(runtime: Runtime, seen: list[str], jobs_wanted: int) -> bool:
     return len(seen) >= jobs_wanted
 
 
+def _whole_cluster_job(runtime: Runtime, seconds: int, *options: str) -> str:
+    """Submits a job that takes every node for that long; returns its id."""
+    submitted = slurm(runtime.slurm_conf.resolve(), "sbatch", "--parsable", "--exclusive", "-N3",
+                      "--time=1", "--output=/dev/null", *options, "--wrap", f"sleep {seconds}")
+    assert submitted.returncode == 0, submitted.stderr
+    return submitted.stdout.strip().split(";")[0]
+
+
+def _new_job_queued_behind(runtime: Runtime, first: str, blocker: str) -> bool:
+    """True once the container has left its first job and its new one waits while the
+    blocker runs."""
+    states = _job_states(runtime)
+    return (first not in states and states.get(blocker) == "RUNNING"
+            and any(s == "PENDING" for j, s in states.items() if j != blocker))
+
+
 def _stop_and_remove(runtime: Runtime, name: str) -> None:
     podman(runtime, "stop", "-t", "1", name)
     assert _ok(runtime, "inspect", name, "--format", "{{.State.ExitCode}}").strip() == "137"
@@ -133,17 +149,10 @@ def test_a_move_waits_for_its_new_job_while_podman_sees_it_run(runtime: Runtime)
         COUNTER)
     wait_for(lambda: len(_jobs(runtime)) == 1, 30, "the container's job")
     first = _jobs(runtime)[0]
-    submitted = slurm(runtime.slurm_conf.resolve(), "sbatch", "--parsable", "--exclusive", "-N3",
-                      "--time=1", "--output=/dev/null", "--wrap", "sleep 20")
-    assert submitted.returncode == 0, submitted.stderr
-    blocker = submitted.stdout.strip().split(";")[0]
+    blocker = _whole_cluster_job(runtime, 20)
     try:
-        def queued_move() -> bool:
-            states = _job_states(runtime)
-            return (states.get(blocker) == "RUNNING"
-                    and any(s == "PENDING" for j, s in states.items() if j not in (first, blocker)))
-
-        wait_for(queued_move, 100, "the container's new job to queue behind the other")
+        wait_for(lambda: _new_job_queued_behind(runtime, first, blocker), 100,
+                 "the container's new job to queue behind the other")
         assert _ok(runtime, "inspect", name, "--format", "{{.State.Status}}").strip() == "running"
         at_move = _counts(runtime, name)[-1]
         wait_for(lambda: _counts(runtime, name)[-1] >= at_move + 10, 60,
@@ -174,3 +183,28 @@ def test_a_stop_in_the_middle_of_a_move_ends_the_container(runtime: Runtime) -> 
     assert first not in _jobs(runtime)
     _ok(runtime, "rm", name)
     assert not any(runtime.root.glob("*/move"))
+
+
+def test_a_preempted_container_moves_and_goes_on_after_the_urgent_job(runtime: Runtime) -> None:
+    """A job of the urgent partition preempts the container's (no time limit). Slurm
+    signals the job at once and cancels it GraceTime later (scripts/cluster.sh); the
+    container moves out before that, its new job waits while the urgent one holds every
+    node, and it goes on from its count."""
+    name = f"p{uuid.uuid4().hex[:8]}"
+    _ok(runtime, "run", "-d", "--name", name, IMAGE, "sh", "-c", COUNTER)
+    wait_for(lambda: len(_jobs(runtime)) == 1, 30, "the container's job")
+    first = _jobs(runtime)[0]
+    wait_for(lambda: len(_counts(runtime, name)) >= 5, 30, "the container to count")
+    urgent = _whole_cluster_job(runtime, 15, "--partition=urgent")
+    try:
+        wait_for(lambda: _new_job_queued_behind(runtime, first, urgent), 50,
+                 "the container to leave its preempted job and queue behind the urgent one")
+        assert _ok(runtime, "inspect", name, "--format", "{{.State.Status}}").strip() == "running"
+        at_move = _counts(runtime, name)[-1]
+        wait_for(lambda: _counts(runtime, name)[-1] >= at_move + 10, 60,
+                 "the count to go on once the urgent job is done")
+    finally:
+        slurm(runtime.slurm_conf.resolve(), "scancel", urgent)
+    counts = _counts(runtime, name)
+    assert counts == list(range(1, len(counts) + 1)), counts
+    _stop_and_remove(runtime, name)
