@@ -443,6 +443,14 @@ def slurm(cluster_conf: Path, *args: str) -> subprocess.CompletedProcess[str]:
                           env={**os.environ, "SLURM_CONF": str(cluster_conf)})
 
 
+def whole_cluster_job(cluster_conf: Path, seconds: int, *options: str) -> str:
+    """Submits a job that takes all three nodes for that long; returns its id."""
+    submitted = slurm(cluster_conf, "sbatch", "--parsable", "--exclusive", "-N3", "--time=1",
+                      "--output=/dev/null", *options, "--wrap", f"sleep {seconds}")
+    assert submitted.returncode == 0, submitted.stderr
+    return submitted.stdout.strip().split(";")[0]
+
+
 class Cluster:
     """The loopback cluster of separate machines, resized on demand: tests ask for the
     node count they need."""

@@ -24,6 +24,7 @@ from tests.integration.harness import (
     require,
     slurm,
     wait_for,
+    whole_cluster_job,
 )
 
 # Each line: the count, the task, the node, and the job the container was started in
@@ -76,14 +77,6 @@ def _moved(runtime: Runtime, seen: list[str], jobs_wanted: int) -> bool:
     if len(jobs) == 1 and jobs[0] != seen[-1]:
         seen.append(jobs[0])
     return len(seen) >= jobs_wanted
-
-
-def _whole_cluster_job(runtime: Runtime, seconds: int, *options: str) -> str:
-    """Submits a job that takes every node for that long; returns its id."""
-    submitted = slurm(runtime.slurm_conf.resolve(), "sbatch", "--parsable", "--exclusive", "-N3",
-                      "--time=1", "--output=/dev/null", *options, "--wrap", f"sleep {seconds}")
-    assert submitted.returncode == 0, submitted.stderr
-    return submitted.stdout.strip().split(";")[0]
 
 
 def _new_job_queued_behind(runtime: Runtime, first: str, blocker: str) -> bool:
@@ -149,7 +142,7 @@ def test_a_move_waits_for_its_new_job_while_podman_sees_it_run(runtime: Runtime)
         COUNTER)
     wait_for(lambda: len(_jobs(runtime)) == 1, 30, "the container's job")
     first = _jobs(runtime)[0]
-    blocker = _whole_cluster_job(runtime, 20)
+    blocker = whole_cluster_job(runtime.slurm_conf.resolve(), 20)
     try:
         wait_for(lambda: _new_job_queued_behind(runtime, first, blocker), 100,
                  "the container's new job to queue behind the other")
@@ -195,7 +188,7 @@ def test_a_preempted_container_moves_and_goes_on_after_the_urgent_job(runtime: R
     wait_for(lambda: len(_jobs(runtime)) == 1, 30, "the container's job")
     first = _jobs(runtime)[0]
     wait_for(lambda: len(_counts(runtime, name)) >= 5, 30, "the container to count")
-    urgent = _whole_cluster_job(runtime, 15, "--partition=urgent")
+    urgent = whole_cluster_job(runtime.slurm_conf.resolve(), 15, "--partition=urgent")
     try:
         wait_for(lambda: _new_job_queued_behind(runtime, first, urgent), 50,
                  "the container to leave its preempted job and queue behind the urgent one")

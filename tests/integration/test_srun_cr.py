@@ -30,6 +30,7 @@ from tests.integration.harness import (
     slurm,
     slurm_jobs,
     wait_for,
+    whole_cluster_job,
 )
 
 SRUN_CR = Path(sys.executable).parent / "srun_cr"
@@ -69,6 +70,20 @@ while :; do sleep 0.2; done
 _COUNT = re.compile(r"^rank (\d+) count (\d+) host (\S+)$")
 
 
+def _counts(output: str) -> list[tuple[int, int, str]]:
+    """(rank, count, host) of each counter line."""
+    found = []
+    for line in output.splitlines():
+        match = _COUNT.match(line)
+        if match:
+            found.append((int(match.group(1)), int(match.group(2)), match.group(3)))
+    return found
+
+
+def _last(counts: list[tuple[int, int, str]], rank: int) -> int:
+    return max((c for r, c, _ in counts if r == rank), default=-1)
+
+
 class Running:
     """One srun_cr (or srun) started in the background, its output in files."""
 
@@ -85,15 +100,10 @@ class Running:
         return self.err.read_text(errors="replace")
 
     def counts(self) -> list[tuple[int, int, str]]:
-        found = []
-        for line in self.stdout().splitlines():
-            match = _COUNT.match(line)
-            if match:
-                found.append((int(match.group(1)), int(match.group(2)), match.group(3)))
-        return found
+        return _counts(self.stdout())
 
     def last(self, rank: int) -> int:
-        return max((c for r, c, _ in self.counts() if r == rank), default=-1)
+        return _last(self.counts(), rank)
 
     def wait_counts(self, ranks: int, at_least: int, timeout: float = 30) -> None:
         wait_for(lambda: all(self.last(r) >= at_least for r in range(ranks)) or self.ended(),
@@ -398,6 +408,48 @@ def test_checkpoint_signal_from_sbatch(srun_cr: SrunCr) -> None:
         assert f"step {job}.0 checkpointed to {ckpt}" in out.read_text()
     finally:
         slurm(srun_cr.conf, "scancel", job)
+
+
+def test_a_preempted_batch_job_checkpoints_on_slurms_signal_and_restarts(srun_cr: SrunCr) -> None:
+    """Slurm itself signals the batch shell, srun_cr once the script execs it, when a
+    job of the urgent partition preempts it (`--signal=B:USR2@120` and the cluster's
+    preempt_send_user_signal, scripts/cluster.sh): the checkpoint is made within the
+    grace time, and a restart in a new job goes on with every rank's count."""
+    counter = srun_cr.script("counter.sh", COUNTER)
+    batch = srun_cr.script("job.sh", f"#!/bin/sh\nexec {SRUN_CR} -n2 {counter}\n")
+    out = srun_cr.base / "job.out"
+    done = srun_cr.run("--parsable", "-N1", "-n2", "--signal=B:USR2@120", "-o", str(out),
+                       str(batch), program="sbatch")
+    assert done.returncode == 0, done.stderr
+    job = done.stdout.strip().split(";")[0]
+    ckpt = srun_cr.base / f"srun_cr-{job}.0"
+    urgent = ""
+    try:
+        wait_for(lambda: all(_last_count(out, r) >= 1 for r in range(2)), 30, "counting")
+        before = [_last_count(out, r) for r in range(2)]
+        urgent = whole_cluster_job(srun_cr.conf, 1, "--partition=urgent")
+        wait_for(lambda: (ckpt / "manifest.json").exists(), 30, f"Slurm's signal to make {ckpt}")
+        after = [_last_count(out, r) for r in range(2)]
+        assert f"step {job}.0 checkpointed to {ckpt}" in out.read_text()
+        # The job's user need not wait out the grace time.
+        srun_cr.scancel(job)
+        wait_for(lambda: not {line.split()[0] for line in slurm_jobs(srun_cr.conf)} & {job, urgent},
+                 30, "the preempted and the urgent job to end")
+    finally:
+        slurm(srun_cr.conf, "scancel", job, *([urgent] if urgent else []))
+    second = srun_cr.start("--restart", str(ckpt), "-N1", "-n2")
+    second.step()
+    second.wait_counts(2, 0)
+    for rank in range(2):
+        restarted = [c for r, c, _ in second.counts() if r == rank]
+        assert before[rank] + 1 <= restarted[0] <= after[rank] + 1, (rank, before, after, restarted)
+    srun_cr.scancel(second.step())
+    second.wait()
+
+
+def _last_count(out: Path, rank: int) -> int:
+    """The last count of that rank in a batch job's output (-1 before the job writes it)."""
+    return _last(_counts(out.read_text(errors="replace") if out.exists() else ""), rank)
 
 
 def test_export_none_checkpoints_and_the_task_never_sees_the_secret(srun_cr: SrunCr) -> None:
