@@ -79,12 +79,27 @@ def _moved(runtime: Runtime, seen: list[str], jobs_wanted: int) -> bool:
     return len(seen) >= jobs_wanted
 
 
-def _new_job_queued_behind(runtime: Runtime, first: str, blocker: str) -> bool:
-    """True once the container has left its first job and its new one waits while the
-    blocker runs."""
-    states = _job_states(runtime)
-    return (first not in states and states.get(blocker) == "RUNNING"
-            and any(s == "PENDING" for j, s in states.items() if j != blocker))
+def _waits_behind_then_counts_on(runtime: Runtime, name: str, first: str, blocker: str,
+                                 timeout: float) -> None:
+    """The container leaves its first job within timeout and its new job waits while the
+    blocker holds the nodes, podman seeing it run; once the new job starts it counts on,
+    every number once. The blocker is cancelled whatever happens."""
+    def queued_behind() -> bool:
+        states = _job_states(runtime)
+        return (first not in states and states.get(blocker) == "RUNNING"
+                and any(s == "PENDING" for j, s in states.items() if j != blocker))
+
+    try:
+        wait_for(queued_behind, timeout,
+                 f"the container to leave job {first} and queue behind job {blocker}")
+        assert _ok(runtime, "inspect", name, "--format", "{{.State.Status}}").strip() == "running"
+        at_move = _counts(runtime, name)[-1]
+        wait_for(lambda: _counts(runtime, name)[-1] >= at_move + 10, 60,
+                 "the count to go on once the new job runs")
+    finally:
+        slurm(runtime.slurm_conf.resolve(), "scancel", blocker)
+    counts = _counts(runtime, name)
+    assert counts == list(range(1, len(counts) + 1)), counts
 
 
 def _stop_and_remove(runtime: Runtime, name: str) -> None:
@@ -143,39 +158,58 @@ def test_a_move_waits_for_its_new_job_while_podman_sees_it_run(runtime: Runtime)
     wait_for(lambda: len(_jobs(runtime)) == 1, 30, "the container's job")
     first = _jobs(runtime)[0]
     blocker = whole_cluster_job(runtime.slurm_conf.resolve(), 20)
-    try:
-        wait_for(lambda: _new_job_queued_behind(runtime, first, blocker), 100,
-                 "the container's new job to queue behind the other")
-        assert _ok(runtime, "inspect", name, "--format", "{{.State.Status}}").strip() == "running"
-        at_move = _counts(runtime, name)[-1]
-        wait_for(lambda: _counts(runtime, name)[-1] >= at_move + 10, 60,
-                 "the count to go on once the new job runs")
-    finally:
-        slurm(runtime.slurm_conf.resolve(), "scancel", blocker)
-    counts = _counts(runtime, name)
-    assert counts == list(range(1, len(counts) + 1)), counts
+    _waits_behind_then_counts_on(runtime, name, first, blocker, 100)
     _stop_and_remove(runtime, name)
 
 
-def test_a_stop_in_the_middle_of_a_move_ends_the_container(runtime: Runtime) -> None:
-    """`podman stop` while the move's checkpoint is under way: the container ends there
-    (no new job), podman sees it exited, and nothing of the move is left."""
-    name = f"s{uuid.uuid4().hex[:8]}"
-    # 256 MiB held: the dump takes long enough for the stop to come in the middle.
-    held = "held=$(head -c 268435456 /dev/zero | tr '\\0' x); "
+def _in_the_middle_of_a_move(runtime: Runtime, prefix: str, held_mib: int) -> tuple[str, str]:
+    """A container started, holding that much memory so that its dump takes a while, and
+    its move's checkpoint under way: its name and first job."""
+    name = f"{prefix}{uuid.uuid4().hex[:8]}"
+    held = f"held=$(head -c {held_mib << 20} /dev/zero | tr '\\0' x); "
     _ok(runtime, "run", "-d", "--name", name, "-e", "SCRUN_TIMELIMIT=1", IMAGE, "sh", "-c",
         held + COUNTER)
     wait_for(lambda: len(_jobs(runtime)) == 1, 30, "the container's job")
     first = _jobs(runtime)[0]
     wait_for(lambda: any(runtime.root.glob("*/move")), 100, "the move's checkpoint to begin")
+    return name, first
+
+
+def _ended_without_moving(runtime: Runtime, name: str, statuses: set[str]) -> None:
+    """podman sees the container exited with one of those statuses, its job ends, no new
+    one is asked for, and nothing of the move is left after `rm`."""
+    def state() -> list[str]:
+        return _ok(runtime, "inspect", name, "--format",
+                   "{{.State.Status}} {{.State.ExitCode}}").split()
+
+    wait_for(lambda: state()[0] == "exited", 60, "the container to end")
+    assert state()[1] in statuses, state()
+    wait_for(lambda: not _jobs(runtime), 30, "the job to end with the container")
+    _ok(runtime, "rm", name)
+    assert not _jobs(runtime) and not any(runtime.root.glob("*/move"))
+
+
+def test_a_stop_in_the_middle_of_a_move_ends_the_container(runtime: Runtime) -> None:
+    """`podman stop` while the move's checkpoint is under way: the container ends there
+    (no new job), podman sees it exited, and nothing of the move is left."""
+    name, _ = _in_the_middle_of_a_move(runtime, "s", 256)
     done = podman(runtime, "stop", "-t", "1", name)
     assert done.returncode == 0, done.stderr.decode()
-    state = _ok(runtime, "inspect", name, "--format", "{{.State.Status}} {{.State.ExitCode}}")
-    assert state.split()[0] == "exited" and state.split()[1] in ("137", "143"), state
-    wait_for(lambda: not _jobs(runtime), 30, "the job to end with the container")
-    assert first not in _jobs(runtime)
-    _ok(runtime, "rm", name)
-    assert not any(runtime.root.glob("*/move"))
+    _ended_without_moving(runtime, name, {"137", "143"})
+
+
+def test_a_job_that_ends_in_the_middle_of_a_move_takes_the_container_with_it(
+        runtime: Runtime) -> None:
+    """The job is cancelled while the move's checkpoint is under way, as Slurm cancels a
+    preempted job whose grace time runs out before the dump is done: the container ends
+    with its job (no new job), podman sees it exited with a failure, and nothing of the
+    move is left on the login host or any node (the fixture's leak check)."""
+    # 1 GiB: a dump of seconds (256 MiB can take 0.5 s), so that the cancel comes before
+    # its end (after it, the container would go on in a new job and never end here).
+    name, first = _in_the_middle_of_a_move(runtime, "c", 1024)
+    done = slurm(runtime.slurm_conf.resolve(), "scancel", first)
+    assert done.returncode == 0, done.stderr
+    _ended_without_moving(runtime, name, {"137", "143", "255"})
 
 
 def test_a_preempted_container_moves_and_goes_on_after_the_urgent_job(runtime: Runtime) -> None:
@@ -189,15 +223,6 @@ def test_a_preempted_container_moves_and_goes_on_after_the_urgent_job(runtime: R
     first = _jobs(runtime)[0]
     wait_for(lambda: len(_counts(runtime, name)) >= 5, 30, "the container to count")
     urgent = whole_cluster_job(runtime.slurm_conf.resolve(), 15, "--partition=urgent")
-    try:
-        wait_for(lambda: _new_job_queued_behind(runtime, first, urgent), 50,
-                 "the container to leave its preempted job and queue behind the urgent one")
-        assert _ok(runtime, "inspect", name, "--format", "{{.State.Status}}").strip() == "running"
-        at_move = _counts(runtime, name)[-1]
-        wait_for(lambda: _counts(runtime, name)[-1] >= at_move + 10, 60,
-                 "the count to go on once the urgent job is done")
-    finally:
-        slurm(runtime.slurm_conf.resolve(), "scancel", urgent)
-    counts = _counts(runtime, name)
-    assert counts == list(range(1, len(counts) + 1)), counts
+    # Well inside the grace time: the move does not wait for the cancel.
+    _waits_behind_then_counts_on(runtime, name, first, urgent, 50)
     _stop_and_remove(runtime, name)

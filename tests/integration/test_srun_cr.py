@@ -430,13 +430,13 @@ def test_a_preempted_batch_job_checkpoints_on_slurms_signal_and_restarts(srun_cr
         urgent = whole_cluster_job(srun_cr.conf, 1, "--partition=urgent")
         wait_for(lambda: (ckpt / "manifest.json").exists(), 30, f"Slurm's signal to make {ckpt}")
         after = [_last_count(out, r) for r in range(2)]
-        assert f"step {job}.0 checkpointed to {ckpt}" in out.read_text()
         # The job's user need not wait out the grace time.
         srun_cr.scancel(job)
         wait_for(lambda: not {line.split()[0] for line in slurm_jobs(srun_cr.conf)} & {job, urgent},
                  30, "the preempted and the urgent job to end")
     finally:
         slurm(srun_cr.conf, "scancel", job, *([urgent] if urgent else []))
+    assert f"step {job}.0 checkpointed to {ckpt}" in out.read_text()
     second = srun_cr.start("--restart", str(ckpt), "-N1", "-n2")
     second.step()
     second.wait_counts(2, 0)

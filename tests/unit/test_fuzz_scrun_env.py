@@ -5,6 +5,8 @@ read by a shell."""
 
 from __future__ import annotations
 
+import io
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -137,3 +139,13 @@ def test_core_spec_in_either_spelling_is_one_option() -> None:
     assert scrun_env.arguments(both, scrun_env.ALLOC) == ["--core-spec=2"]
     alias = scrun_env.job_options({"SCRUN_CORE_SPEC": "2"}, ["SLURM_CORE_SPEC=3"])
     assert scrun_env.arguments(alias, scrun_env.ALLOC) == ["--core-spec=3"]
+
+
+def test_a_misspelt_option_in_the_containers_environment_is_logged_not_refused(
+        logged: io.StringIO) -> None:
+    options = scrun_env.job_options({}, ["SCRUN_TIME=5", "SCRUN_TIMELIMIT=7", "PATH=/bin"])
+    assert options == {"SCRUN_TIMELIMIT": "7"}
+    lines = logged.getvalue().splitlines()
+    assert lines == [
+        "t: info: SCRUN_TIME in the container's environment is not a job option (scrun(1) "
+        "lists them): only the container sees it"], lines

@@ -145,6 +145,7 @@ def flag_is_set(value: str) -> bool:
 def job_options(environ: Mapping[str, str], config_env: Iterable[str]) -> dict[str, str]:
     """SCRUN_* settings from the caller's environment, overridden by config.json's; each
     under its variable's own name (an alias's value under the name it stands for)."""
+    config_env = list(config_env)
     found: dict[str, str] = {}
     for source in (environ.items(), (e.partition("=")[::2] for e in config_env)):
         given = dict(source)
@@ -152,6 +153,10 @@ def job_options(environ: Mapping[str, str], config_env: Iterable[str]) -> dict[s
         for key in sorted((k for k in given if k in JOB_OPTIONS),
                           key=lambda k: k == JOB_OPTIONS[k].variable):
             found[JOB_OPTIONS[key].variable] = given[key]
+    for key in _unknown(config_env):
+        # As Slurm's scrun, no refusal; but a misspelt option (SCRUN_TIME) is said somewhere.
+        log.current.info(f"{key} in the container's environment is not a job option "
+                         "(scrun(1) lists them): only the container sees it")
     for key, value in found.items():
         if "\n" in value or "\0" in value:
             raise UsageError(f"{key}: the value must be a single line")
@@ -165,6 +170,12 @@ def job_options(environ: Mapping[str, str], config_env: Iterable[str]) -> dict[s
             raise UsageError(f"{key}: {option.joins} has its own {option.option} part, "
                              "give one or the other")
     return found
+
+
+def _unknown(config_env: list[str]) -> list[str]:
+    """SCRUN_* names of config.json's env that are no job option."""
+    names = (e.partition("=")[0] for e in config_env)
+    return [n for n in names if n.startswith("SCRUN_") and n not in JOB_OPTIONS]
 
 
 def arguments(options: Mapping[str, str], applies_to: str) -> list[str]:
