@@ -123,7 +123,7 @@ KillWait=2
 MessageTimeout=5
 InactiveLimit=0
 # Jobs of the urgent partition preempt the others': theirs get the user's --signal at
-# once, and GraceTime seconds later are cancelled (the move-on-preemption test).
+# once, and GraceTime seconds later are cancelled (the preemption tests).
 PreemptType=preempt/partition_prio
 PreemptMode=CANCEL
 SlurmctldParameters=preempt_send_user_signal

@@ -79,6 +79,16 @@ def _moved(runtime: Runtime, seen: list[str], jobs_wanted: int) -> bool:
     return len(seen) >= jobs_wanted
 
 
+def _run_counter(runtime: Runtime, prefix: str, *options: str,
+                 script: str = COUNTER) -> tuple[str, str]:
+    """A counting container run detached with those podman options: its name, and the id
+    of the job it starts in."""
+    name = f"{prefix}{uuid.uuid4().hex[:8]}"
+    _ok(runtime, "run", "-d", "--name", name, *options, IMAGE, "sh", "-c", script)
+    wait_for(lambda: len(_jobs(runtime)) == 1, 30, "the container's job")
+    return name, _jobs(runtime)[0]
+
+
 def _waits_behind_then_counts_on(runtime: Runtime, name: str, first: str, blocker: str,
                                  timeout: float) -> None:
     """The container leaves its first job within timeout and its new job waits while the
@@ -110,11 +120,7 @@ def _stop_and_remove(runtime: Runtime, name: str) -> None:
 
 
 def test_a_container_outlives_its_jobs_time_limit(runtime: Runtime) -> None:
-    name = f"m{uuid.uuid4().hex[:8]}"
-    _ok(runtime, "run", "-d", "--name", name, "-e", "SCRUN_TIMELIMIT=1", IMAGE, "sh", "-c",
-        COUNTER)
-    wait_for(lambda: len(_jobs(runtime)) == 1, 30, "the container's job")
-    first = _jobs(runtime)[0]
+    name, first = _run_counter(runtime, "m", "-e", "SCRUN_TIMELIMIT=1")
     # Two moves: the second from a job the first made.
     seen = [first]
     wait_for(lambda: _moved(runtime, seen, 3), 150,
@@ -132,11 +138,9 @@ def test_a_container_outlives_its_jobs_time_limit(runtime: Runtime) -> None:
 def test_every_task_of_a_two_node_container_moves(runtime: Runtime) -> None:
     """Both tasks, on two nodes, are dumped together and restored in the new job, each
     going on from its own count."""
-    name = f"t{uuid.uuid4().hex[:8]}"
-    _ok(runtime, "run", "-d", "--name", name, "-e", "SCRUN_TIMELIMIT=1", "-e", "SCRUN_NTASKS=2",
-        "-e", "SCRUN_JOB_NUM_NODES=2", IMAGE, "sh", "-c", COUNTER)
-    wait_for(lambda: len(_jobs(runtime)) == 1, 30, "the container's job")
-    seen = [_jobs(runtime)[0]]
+    name, first = _run_counter(runtime, "t", "-e", "SCRUN_TIMELIMIT=1", "-e", "SCRUN_NTASKS=2",
+                               "-e", "SCRUN_JOB_NUM_NODES=2")
+    seen = [first]
     wait_for(lambda: _moved(runtime, seen, 2), 100, "the container to move")
     at_move = {task: _counts(runtime, name, task)[-1] for task in (0, 1)}
     wait_for(lambda: all(_counts(runtime, name, task)[-1] >= at_move[task] + 10
@@ -152,11 +156,7 @@ def test_a_move_waits_for_its_new_job_while_podman_sees_it_run(runtime: Runtime)
     """The new job queues (a whole-cluster job, waiting since before the move, takes the
     nodes first): the container waits dumped, podman seeing it run, and goes on once
     its new job starts."""
-    name = f"w{uuid.uuid4().hex[:8]}"
-    _ok(runtime, "run", "-d", "--name", name, "-e", "SCRUN_TIMELIMIT=1", IMAGE, "sh", "-c",
-        COUNTER)
-    wait_for(lambda: len(_jobs(runtime)) == 1, 30, "the container's job")
-    first = _jobs(runtime)[0]
+    name, first = _run_counter(runtime, "w", "-e", "SCRUN_TIMELIMIT=1")
     blocker = whole_cluster_job(runtime.slurm_conf.resolve(), 20)
     _waits_behind_then_counts_on(runtime, name, first, blocker, 100)
     _stop_and_remove(runtime, name)
@@ -165,12 +165,8 @@ def test_a_move_waits_for_its_new_job_while_podman_sees_it_run(runtime: Runtime)
 def _in_the_middle_of_a_move(runtime: Runtime, prefix: str, held_mib: int) -> tuple[str, str]:
     """A container started, holding that much memory so that its dump takes a while, and
     its move's checkpoint under way: its name and first job."""
-    name = f"{prefix}{uuid.uuid4().hex[:8]}"
     held = f"held=$(head -c {held_mib << 20} /dev/zero | tr '\\0' x); "
-    _ok(runtime, "run", "-d", "--name", name, "-e", "SCRUN_TIMELIMIT=1", IMAGE, "sh", "-c",
-        held + COUNTER)
-    wait_for(lambda: len(_jobs(runtime)) == 1, 30, "the container's job")
-    first = _jobs(runtime)[0]
+    name, first = _run_counter(runtime, prefix, "-e", "SCRUN_TIMELIMIT=1", script=held + COUNTER)
     wait_for(lambda: any(runtime.root.glob("*/move")), 100, "the move's checkpoint to begin")
     return name, first
 
@@ -217,10 +213,7 @@ def test_a_preempted_container_moves_and_goes_on_after_the_urgent_job(runtime: R
     signals the job at once and cancels it GraceTime later (scripts/cluster.sh); the
     container moves out before that, its new job waits while the urgent one holds every
     node, and it goes on from its count."""
-    name = f"p{uuid.uuid4().hex[:8]}"
-    _ok(runtime, "run", "-d", "--name", name, IMAGE, "sh", "-c", COUNTER)
-    wait_for(lambda: len(_jobs(runtime)) == 1, 30, "the container's job")
-    first = _jobs(runtime)[0]
+    name, first = _run_counter(runtime, "p")
     wait_for(lambda: len(_counts(runtime, name)) >= 5, 30, "the container to count")
     urgent = whole_cluster_job(runtime.slurm_conf.resolve(), 15, "--partition=urgent")
     # Well inside the grace time: the move does not wait for the cancel.

@@ -145,15 +145,15 @@ def flag_is_set(value: str) -> bool:
 def job_options(environ: Mapping[str, str], config_env: Iterable[str]) -> dict[str, str]:
     """SCRUN_* settings from the caller's environment, overridden by config.json's; each
     under its variable's own name (an alias's value under the name it stands for)."""
-    config_env = list(config_env)
+    config = [e.partition("=")[::2] for e in config_env]
     found: dict[str, str] = {}
-    for source in (environ.items(), (e.partition("=")[::2] for e in config_env)):
+    for source in (environ.items(), config):
         given = dict(source)
         # Aliases first: a variable's own name, given too, wins.
         for key in sorted((k for k in given if k in JOB_OPTIONS),
                           key=lambda k: k == JOB_OPTIONS[k].variable):
             found[JOB_OPTIONS[key].variable] = given[key]
-    for key in _unknown(config_env):
+    for key in (k for k, _ in config if k.startswith("SCRUN_") and k not in JOB_OPTIONS):
         # As Slurm's scrun, no refusal; but a misspelt option (SCRUN_TIME) is said somewhere.
         log.current.info(f"{key} in the container's environment is not a job option "
                          "(scrun(1) lists them): only the container sees it")
@@ -170,12 +170,6 @@ def job_options(environ: Mapping[str, str], config_env: Iterable[str]) -> dict[s
             raise UsageError(f"{key}: {option.joins} has its own {option.option} part, "
                              "give one or the other")
     return found
-
-
-def _unknown(config_env: list[str]) -> list[str]:
-    """SCRUN_* names of config.json's env that are no job option."""
-    names = (e.partition("=")[0] for e in config_env)
-    return [n for n in names if n.startswith("SCRUN_") and n not in JOB_OPTIONS]
 
 
 def arguments(options: Mapping[str, str], applies_to: str) -> list[str]:
