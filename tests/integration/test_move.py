@@ -6,14 +6,20 @@ As root: CRIU needs it."""
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import pytest
 
+from pyscrun.backends.base import MOVE_SIGNAL
 from tests.integration.harness import (
     IMAGE,
     Cluster,
@@ -162,13 +168,47 @@ def test_a_move_waits_for_its_new_job_while_podman_sees_it_run(runtime: Runtime)
     _stop_and_remove(runtime, name)
 
 
-def _in_the_middle_of_a_move(runtime: Runtime, prefix: str, held_mib: int) -> tuple[str, str]:
-    """A container started, holding that much memory so that its dump takes a while, and
-    its move's checkpoint under way: its name and first job."""
-    held = f"held=$(head -c {held_mib << 20} /dev/zero | tr '\\0' x); "
-    name, first = _run_counter(runtime, prefix, "-e", "SCRUN_TIMELIMIT=1", script=held + COUNTER)
-    wait_for(lambda: any(runtime.root.glob("*/move")), 100, "the move's checkpoint to begin")
-    return name, first
+def _dump_held() -> list[int]:
+    """Stops each `runc checkpoint` there is (on any node) and the CRIU it runs: their
+    pids, none if no dump is under way."""
+    held = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with suppress(OSError):
+            args = cmdline.read_bytes().split(b"\0")
+            if os.path.basename(args[0]) != b"runc" or b"checkpoint" not in args:
+                continue
+            runc = int(cmdline.parent.name)
+            os.kill(runc, signal.SIGSTOP)
+            held.append(runc)
+            for children in Path(f"/proc/{runc}/task").glob("*/children"):
+                for child in children.read_text().split():
+                    os.kill(int(child), signal.SIGSTOP)
+                    held.append(int(child))
+    return held
+
+
+@contextmanager
+def _in_the_middle_of_a_move(runtime: Runtime, prefix: str) -> Iterator[tuple[str, str]]:
+    """A counting container whose move's checkpoint is under way, held there until the
+    block ends: runc and CRIU are kept stopped, what a dump longer than the time left
+    is. The move is set off as Slurm sets one off, by the job's warning signal to its
+    steps (sent here rather than waited for, to be looked for at once: a dump can take a
+    tenth of a second). Yields the container's name and job."""
+    name, first = _run_counter(runtime, prefix)
+    wait_for(lambda: len(_counts(runtime, name)) >= 3, 30, "the container to count")
+    held: list[int] = []
+    warning = subprocess.Popen(["scancel", f"--signal={MOVE_SIGNAL}", first],
+                               env={**os.environ, "SLURM_CONF": str(runtime.slurm_conf.resolve())})
+    try:
+        deadline = time.monotonic() + 30
+        while not held and time.monotonic() < deadline:
+            held = _dump_held()
+        assert warning.wait() == 0 and held, "no checkpoint began after the job's warning"
+        yield name, first
+    finally:
+        for pid in held:
+            with suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
 
 
 def _ended_without_moving(runtime: Runtime, name: str, statuses: set[str]) -> None:
@@ -188,8 +228,13 @@ def _ended_without_moving(runtime: Runtime, name: str, statuses: set[str]) -> No
 def test_a_stop_in_the_middle_of_a_move_ends_the_container(runtime: Runtime) -> None:
     """`podman stop` while the move's checkpoint is under way: the container ends there
     (no new job), podman sees it exited, and nothing of the move is left."""
-    name, _ = _in_the_middle_of_a_move(runtime, "s", 256)
-    done = podman(runtime, "stop", "-t", "1", name)
+    with ThreadPoolExecutor(1) as pool:
+        with _in_the_middle_of_a_move(runtime, "s") as (name, _):
+            stopping = pool.submit(podman, runtime, "stop", "-t", "1", name)
+            # The stop's signals reach the anchor while the dump is held (podman itself
+            # waits for the end, which comes once the dump goes on).
+            time.sleep(3)
+        done = stopping.result()
     assert done.returncode == 0, done.stderr.decode()
     _ended_without_moving(runtime, name, {"137", "143"})
 
@@ -200,12 +245,11 @@ def test_a_job_that_ends_in_the_middle_of_a_move_takes_the_container_with_it(
     preempted job whose grace time runs out before the dump is done: the container ends
     with its job (no new job), podman sees it exited with a failure, and nothing of the
     move is left on the login host or any node (the fixture's leak check)."""
-    # 1 GiB: a dump of seconds (256 MiB can take 0.5 s), so that the cancel comes before
-    # its end (after it, the container would go on in a new job and never end here).
-    name, first = _in_the_middle_of_a_move(runtime, "c", 1024)
-    done = slurm(runtime.slurm_conf.resolve(), "scancel", first)
-    assert done.returncode == 0, done.stderr
-    _ended_without_moving(runtime, name, {"137", "143", "255"})
+    with _in_the_middle_of_a_move(runtime, "c") as (name, first):
+        done = slurm(runtime.slurm_conf.resolve(), "scancel", first)
+        assert done.returncode == 0, done.stderr
+        # Still held: the dump never ends, as the job's end kills CRIU with the step.
+        _ended_without_moving(runtime, name, {"137", "143", "255"})
 
 
 def test_a_preempted_container_moves_and_goes_on_after_the_urgent_job(runtime: Runtime) -> None:
