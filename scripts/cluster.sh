@@ -123,7 +123,8 @@ KillWait=2
 MessageTimeout=5
 InactiveLimit=0
 # Jobs of the urgent partition preempt the others': theirs get the user's --signal at
-# once, and GraceTime seconds later are cancelled (the preemption tests).
+# once, and GraceTime seconds later are cancelled (the preemption tests), or requeued
+# in the requeue partition (srun_cr's requeue test).
 PreemptType=preempt/partition_prio
 PreemptMode=CANCEL
 SlurmctldParameters=preempt_send_user_signal
@@ -134,6 +135,7 @@ EOF
     echo "PartitionName=debug Nodes=$nodes Default=YES OverSubscribe=YES MaxTime=INFINITE GraceTime=60 State=UP"
     echo "PartitionName=other Nodes=$nodes Default=NO OverSubscribe=YES MaxTime=INFINITE GraceTime=60 State=UP"
     echo "PartitionName=urgent Nodes=$nodes Default=NO PriorityTier=2 MaxTime=INFINITE State=UP"
+    echo "PartitionName=requeue Nodes=$nodes Default=NO OverSubscribe=YES MaxTime=INFINITE GraceTime=15 PreemptMode=REQUEUE State=UP"
 }
 
 gen_cgroup_conf() {

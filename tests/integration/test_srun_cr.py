@@ -447,6 +447,52 @@ def test_a_preempted_batch_job_checkpoints_on_slurms_signal_and_restarts(srun_cr
     second.wait()
 
 
+def test_a_requeued_batch_job_goes_on_from_its_checkpoint(srun_cr: SrunCr) -> None:
+    """In a partition whose preempted jobs Slurm requeues (scripts/cluster.sh), the
+    batch job checkpoints on Slurm's signal within the grace time; once requeued and
+    run again, the same script's srun_cr goes on from that checkpoint by itself."""
+    counter = srun_cr.script("counter.sh", COUNTER)
+    batch = srun_cr.script("job.sh", f"#!/bin/sh\nexec {SRUN_CR} -n2 {counter}\n")
+    out = srun_cr.base / "job.out"
+    done = srun_cr.run("--parsable", "-N1", "-n2", "--partition=requeue", "--requeue",
+                       "--open-mode=append", "--signal=B:USR2@120", "-o", str(out), str(batch),
+                       program="sbatch")
+    assert done.returncode == 0, done.stderr
+    job = done.stdout.strip().split(";")[0]
+    ckpt = srun_cr.base / f"srun_cr-{job}.0"
+    urgent = ""
+
+    def state() -> str:
+        return slurm(srun_cr.conf, "squeue", "-h", "-j", job, "-o", "%T").stdout.strip()
+
+    try:
+        wait_for(lambda: all(_last_count(out, r) >= 1 for r in range(2)), 30, "counting")
+        urgent = whole_cluster_job(srun_cr.conf, 1, "--partition=urgent")
+        wait_for(lambda: (ckpt / "manifest.json").exists(), 30, f"Slurm's signal to make {ckpt}")
+        wait_for(lambda: state() == "PENDING", 90, "the grace time's end to requeue the job")
+        at_requeue = [_last_count(out, r) for r in range(2)]
+        # A requeued job waits out the credentials' lifetime (120 s) before it may start
+        # again: let it start now.
+        released = slurm(srun_cr.conf, "scontrol", "update", f"JobId={job}", "StartTime=now")
+        assert released.returncode == 0, released.stderr
+        going_on = f"job {job} was requeued: '{counter}' goes on from {ckpt}"
+        wait_for(lambda: going_on in out.read_text(), 60, "the requeued job to run again")
+
+        def counted_again() -> list[tuple[int, int, str]]:
+            return _counts(out.read_text().split(going_on, 1)[1])
+
+        wait_for(lambda: all(_last(counted_again(), r) >= 0 for r in range(2)), 30,
+                 "counting again")
+        again = counted_again()
+    finally:
+        slurm(srun_cr.conf, "scancel", job, *([urgent] if urgent else []))
+    for rank in range(2):
+        counts = [c for r, c, _ in again if r == rank]
+        # On from the checkpoint: no count from 0 again, none skipped after what was dumped.
+        assert 1 <= counts[0] <= at_requeue[rank] + 1, (rank, at_requeue, counts)
+        assert counts == list(range(counts[0], counts[0] + len(counts))), (rank, counts)
+
+
 def _last_count(out: Path, rank: int) -> int:
     """The last count of that rank in a batch job's output (-1 before the job writes it)."""
     return _last(_counts(out.read_text(errors="replace") if out.exists() else ""), rank)

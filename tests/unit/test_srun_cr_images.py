@@ -101,3 +101,41 @@ def test_a_checkpoint_with_files_of_the_users_beside_it_is_not_replaced(tmp_path
         images.Staging(str(tmp_path / "ck"))
     assert (tmp_path / "ck" / "notes.txt").read_text() == "keep me\n"
     assert _pages(tmp_path) == "first"
+
+
+def _made(root: Path, name: str, command: list[str], mtime: int) -> str:
+    staging = images.Staging(str(root / name))
+    os.makedirs(images.task_dir(staging.path, 0))
+    staging.commit(images.make_manifest("7", name.rsplit(".", 1)[1], ["n1"], command, "/", False))
+    os.utime(root / name / images.MANIFEST, ns=(mtime, mtime))
+    return str(root / name)
+
+
+def test_a_requeued_job_goes_on_from_the_newest_checkpoint_of_its_command(tmp_path: Path) -> None:
+    older = _made(tmp_path, "srun_cr-7.0", ["counter"], 1_000)
+    newer = _made(tmp_path, "srun_cr-7.3", ["counter"], 2_000)
+    _made(tmp_path, "srun_cr-7.4", ["other"], 3_000)  # another command of the script
+    _made(tmp_path, "srun_cr-8.5", ["counter"], 4_000)  # another job
+    (tmp_path / "srun_cr-7.6").mkdir()  # no checkpoint (a crash before its manifest)
+    requeued = {"SLURM_JOB_ID": "7", "SLURM_RESTART_COUNT": "1"}
+    assert images.left_before_requeue(requeued, str(tmp_path), ["counter"]) == newer
+    os.utime(Path(older, images.MANIFEST), ns=(5_000, 5_000))
+    assert images.left_before_requeue(requeued, str(tmp_path), ["counter"]) == older
+    assert images.left_before_requeue(requeued, str(tmp_path), ["counter", "-v"]) is None
+
+
+def test_a_job_run_for_the_first_time_starts_afresh(tmp_path: Path) -> None:
+    _made(tmp_path, "srun_cr-7.0", ["counter"], 1_000)
+    for environ in ({"SLURM_JOB_ID": "7"}, {"SLURM_JOB_ID": "7", "SLURM_RESTART_COUNT": "0"},
+                    {"SLURM_RESTART_COUNT": "1"}):
+        assert images.left_before_requeue(environ, str(tmp_path), ["counter"]) is None
+
+
+def test_a_requeued_job_looks_in_its_checkpoint_dir(tmp_path: Path) -> None:
+    (tmp_path / "ck").mkdir()
+    made = _made(tmp_path / "ck", "srun_cr-7.0", ["counter"], 1_000)
+    requeued = {"SLURM_JOB_ID": "7", "SLURM_RESTART_COUNT": "2",
+                "SLURM_CHECKPOINT_DIR": str(tmp_path / "ck")}
+    assert images.left_before_requeue(requeued, "/nonexistent", ["counter"]) == made
+    del requeued["SLURM_CHECKPOINT_DIR"]
+    assert images.left_before_requeue(requeued, "/nonexistent", ["counter"]) is None

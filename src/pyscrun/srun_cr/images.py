@@ -228,3 +228,29 @@ class Checkpoint:
             raise CheckpointError(
                 f"restart directory {self.path} holds {self.tasks} task(s), the new step has "
                 f"{ntasks}: restart with -n {self.tasks}")
+
+
+def left_before_requeue(environ: dict[str, str], cwd: str, command: list[str]) -> str | None:
+    """Where a batch job that Slurm requeued (a preemption, `scontrol requeue`) goes on
+    from: the newest checkpoint its earlier runs made of this command in the default
+    place (`default_dir`, any step: a requeued job numbers its steps from 0 again).
+    None outside a requeued job, or when there is none."""
+    job = environ.get("SLURM_JOB_ID", "")
+    if not job or environ.get("SLURM_RESTART_COUNT", "0") in ("", "0"):
+        return None
+    parent, prefix = os.path.split(default_dir(environ, cwd, job, ""))
+    try:
+        names = [n for n in os.listdir(parent) if n.startswith(prefix) and n[len(prefix):].isdigit()]
+    except OSError:
+        return None
+    newest: tuple[int, str] | None = None
+    for name in names:
+        path = os.path.join(parent, name)
+        try:
+            checkpoint = Checkpoint.load(path)
+            made = os.stat(os.path.join(path, MANIFEST)).st_mtime_ns
+        except (CheckpointError, OSError):
+            continue
+        if checkpoint.command == command and (newest is None or made > newest[0]):
+            newest = (made, checkpoint.path)
+    return newest[1] if newest else None

@@ -60,7 +60,7 @@ class Plan:
     def __init__(self, line: SrunLine, environ: dict[str, str]) -> None:
         self.options = list(line.options)
         self.command = list(line.command)
-        restart = line.restart or environ.get(RESTART_ENV) or None
+        restart = line.restart or environ.get(RESTART_ENV) or self._requeued(environ)
         self.checkpoint: images.Checkpoint | None = None
         if restart is not None:
             self.checkpoint = images.Checkpoint.load(restart)
@@ -82,6 +82,13 @@ class Plan:
                              f"{REFUSED[line.refused]}")
         if ":" in self.command:
             raise UsageError("srun_cr does not support heterogeneous steps (':' in the command line)")
+
+    def _requeued(self, environ: dict[str, str]) -> str | None:
+        found = images.left_before_requeue(environ, os.getcwd(), self.command)
+        if found is not None:
+            log.current.info(f"job {environ['SLURM_JOB_ID']} was requeued: "
+                             f"{' '.join(self.command)!r} goes on from {found}")
+        return found
 
     def argv(self, port: int, criu_path: str) -> list[str]:
         launcher = [*launcher_command(), "--port", str(port),
