@@ -230,10 +230,10 @@ def test_a_stop_in_the_middle_of_a_move_ends_the_container(runtime: Runtime) -> 
     (no new job), podman sees it exited, and nothing of the move is left."""
     with ThreadPoolExecutor(1) as pool:
         with _in_the_middle_of_a_move(runtime, "s") as (name, _):
+            # podman waits for the end, which comes once the dump goes on.
             stopping = pool.submit(podman, runtime, "stop", "-t", "1", name)
-            # The stop's signals reach the anchor while the dump is held (podman itself
-            # waits for the end, which comes once the dump goes on).
-            time.sleep(3)
+            wait_for(lambda: "kill in the middle of the move" in runtime.log.read_text(), 30,
+                     "the stop to reach the anchor while the dump is held")
         done = stopping.result()
     assert done.returncode == 0, done.stderr.decode()
     _ended_without_moving(runtime, name, {"137", "143"})
@@ -252,12 +252,15 @@ def test_a_job_that_ends_in_the_middle_of_a_move_takes_the_container_with_it(
         _ended_without_moving(runtime, name, {"137", "143", "255"})
 
 
-def test_a_preempted_container_moves_and_goes_on_after_the_urgent_job(runtime: Runtime) -> None:
+@pytest.mark.parametrize("partition", ["debug", "requeue"])
+def test_a_preempted_container_moves_and_goes_on_after_the_urgent_job(
+        runtime: Runtime, partition: str) -> None:
     """A job of the urgent partition preempts the container's (no time limit). Slurm
-    signals the job at once and cancels it GraceTime later (scripts/cluster.sh); the
-    container moves out before that, its new job waits while the urgent one holds every
-    node, and it goes on from its count."""
-    name, first = _run_counter(runtime, "p")
+    signals the job at once and ends it GraceTime later (scripts/cluster.sh): debug
+    cancels it after 60 s; requeue would requeue it after 15 s, which for a job that is
+    no batch job is a cancel too. The container moves out before that, its new job
+    waits while the urgent one holds every node, and it goes on from its count."""
+    name, first = _run_counter(runtime, "p", "-e", f"SCRUN_PARTITION={partition}")
     wait_for(lambda: len(_counts(runtime, name)) >= 5, 30, "the container to count")
     urgent = whole_cluster_job(runtime.slurm_conf.resolve(), 15, "--partition=urgent")
     # Well inside the grace time: the move does not wait for the cancel.

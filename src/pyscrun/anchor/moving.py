@@ -99,7 +99,8 @@ class Moving(Ending):
         self.move_phase = ""
 
     def _kill(self, signum: int, every: bool = False) -> None:
-        if self.move_phase:
+        if self.move_phase and not self.move_abandoned:
+            log.current.info("a kill in the middle of the move: the container ends instead")
             self.move_abandoned = True
         super()._kill(signum, every)
 

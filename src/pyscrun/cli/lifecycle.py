@@ -196,6 +196,9 @@ def _forward_signals(store: Store, state: ContainerState) -> list[int]:
     included), which decides how it ends. The list fills with those forwarded."""
     import signal
 
+    # Loaded before any handler is set: a signal that came in the middle of its import
+    # would find it half made (no `request` yet) and leave the container behind.
+    __import__("pyscrun.anchor.protocol")
     forwarded: list[int] = []
 
     def forward(signum: int, frame: Any) -> None:
