@@ -252,6 +252,23 @@ def test_a_job_that_ends_in_the_middle_of_a_move_takes_the_container_with_it(
         _ended_without_moving(runtime, name, {"137", "143", "255"})
 
 
+def test_a_harmless_signal_in_the_middle_of_a_move_lets_it_go_on(runtime: Runtime) -> None:
+    """`podman kill -s CONT` while the move's checkpoint is under way: the signal is
+    sent on, the move goes on to the new job and the count with it, every number once."""
+    with _in_the_middle_of_a_move(runtime, "h") as (name, first):
+        done = podman(runtime, "kill", "-s", "CONT", name, timeout=30)
+        assert done.returncode == 0, done.stderr.decode()
+    seen = [first]
+    wait_for(lambda: _moved(runtime, seen, 2), 60, "the container to move")
+    at_move = _counts(runtime, name)[-1]
+    wait_for(lambda: _counts(runtime, name)[-1] >= at_move + 5, 30,
+             "the count to go on in the new job")
+    assert "kill in the middle of the move" not in runtime.log.read_text()
+    counts = _counts(runtime, name)
+    assert counts == list(range(1, len(counts) + 1)), counts
+    _stop_and_remove(runtime, name)
+
+
 @pytest.mark.parametrize("partition", ["debug", "requeue"])
 def test_a_preempted_container_moves_and_goes_on_after_the_urgent_job(
         runtime: Runtime, partition: str) -> None:

@@ -14,8 +14,8 @@ agents take that signal as the word to move and tell the anchor, which then:
 
 podman sees the container running throughout, its output goes on in the same pipes,
 and its end is the restored container's. A move that cannot be made (the dump fails)
-leaves the container to end with its job, as without MoveBeforeEnd. A kill or delete
-during a move ends the container there.
+leaves the container to end with its job, as without MoveBeforeEnd. A kill (but of a
+harmless signal) or delete during a move ends the container there.
 
 A base of the anchor (anchor/daemon.py), which holds the state it works on."""
 
@@ -26,6 +26,7 @@ import os
 from pyscrun import log, poller
 from pyscrun.anchor.agents import Agents
 from pyscrun.anchor.ending import Ending
+from pyscrun.anchor.orders import HARMLESS_SIGNALS
 from pyscrun.errors import CheckpointError, ScrunError
 from pyscrun.fs import remove_tree
 from pyscrun.node.criu import PROBE, UNPROBED
@@ -99,7 +100,9 @@ class Moving(Ending):
         self.move_phase = ""
 
     def _kill(self, signum: int, every: bool = False) -> None:
-        if self.move_phase and not self.move_abandoned:
+        """A signal that would end the container's process ends a move under way there;
+        a harmless one (CONT, WINCH, ...) is sent on and the move goes on."""
+        if self.move_phase and not self.move_abandoned and signum not in HARMLESS_SIGNALS:
             log.current.info("a kill in the middle of the move: the container ends instead")
             self.move_abandoned = True
         super()._kill(signum, every)

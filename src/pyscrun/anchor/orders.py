@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from pyscrun.oci.state import ContainerState
 
 # Signals whose default action neither ends nor dumps a process.
-_HARMLESS_SIGNALS = frozenset((_signal.SIGCHLD, _signal.SIGCONT, _signal.SIGURG, _signal.SIGWINCH,
+HARMLESS_SIGNALS = frozenset((_signal.SIGCHLD, _signal.SIGCONT, _signal.SIGURG, _signal.SIGWINCH,
                                _signal.SIGSTOP, _signal.SIGTSTP, _signal.SIGTTIN, _signal.SIGTTOU))
 # After SIGKILL was ordered, how long the step may take before its launcher is killed.
 KILL_GRACE = 10.0
@@ -150,12 +150,12 @@ class Orders:
         if status in (CREATED, RUNNING) and self.step is None:
             # Nothing runs yet: a signal that would end a process ends the container
             # before it started; one that would not (CONT, WINCH, STOP...) does nothing.
-            if signum not in _HARMLESS_SIGNALS:
+            if signum not in HARMLESS_SIGNALS:
                 self.exit_status = 128 + signum
             return
         if status not in (CREATED, RUNNING, PAUSED):
             raise InvalidState(f"cannot kill a container that is {status}")
-        if status == CREATED and signum in _HARMLESS_SIGNALS:
+        if status == CREATED and signum in HARMLESS_SIGNALS:
             return  # its step waits for the start: nothing runs that it could reach
         if signum == _signal.SIGKILL and self.kill_deadline is None:
             self.kill_deadline = time.monotonic() + KILL_GRACE
