@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
 # Signals whose default action neither ends nor dumps a process.
 HARMLESS_SIGNALS = frozenset((_signal.SIGCHLD, _signal.SIGCONT, _signal.SIGURG, _signal.SIGWINCH,
-                               _signal.SIGSTOP, _signal.SIGTSTP, _signal.SIGTTIN, _signal.SIGTTOU))
+                              _signal.SIGSTOP, _signal.SIGTSTP, _signal.SIGTTIN, _signal.SIGTTOU))
 # After SIGKILL was ordered, how long the step may take before its launcher is killed.
 KILL_GRACE = 10.0
 # How long an order for the tasks waits for every task to run its container.
