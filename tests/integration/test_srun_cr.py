@@ -383,16 +383,22 @@ def test_failed_checkpoint_writes_nothing_and_tasks_go_on(srun_cr: SrunCr) -> No
         listener.close()
 
 
+def _batch_counter(srun_cr: SrunCr, out: Path, *options: str) -> tuple[Path, str]:
+    """A batch job of two counting ranks on one node whose script execs srun_cr, with
+    those sbatch options and its output in out: the counter script and the job's id."""
+    counter = srun_cr.script("counter.sh", COUNTER)
+    batch = srun_cr.script("job.sh", f"#!/bin/sh\nexec {SRUN_CR} -n2 {counter}\n")
+    done = srun_cr.run("--parsable", "-N1", "-n2", *options, "-o", str(out), str(batch),
+                       program="sbatch")
+    assert done.returncode == 0, done.stderr
+    return counter, done.stdout.strip().split(";")[0]
+
+
 def test_checkpoint_signal_from_sbatch(srun_cr: SrunCr) -> None:
     """What `sbatch --signal=B:USR2@T` does near the time limit: signal the batch shell,
     which is srun_cr once the script execs it. The checkpoint goes under the job's
     working directory and the tasks go on."""
-    counter = srun_cr.script("counter.sh", COUNTER)
-    batch = srun_cr.script("job.sh", f"#!/bin/sh\nexec {SRUN_CR} -n2 {counter}\n")
-    done = srun_cr.run("--parsable", "-N1", "-n2", "-o", str(srun_cr.base / "job.out"), str(batch),
-                       program="sbatch")
-    assert done.returncode == 0, done.stderr
-    job = done.stdout.strip().split(";")[0]
+    _, job = _batch_counter(srun_cr, srun_cr.base / "job.out")
     registered = srun_cr.run_dir / f"{job}.0"
     try:
         wait_for(registered.exists, 30, "the batch job's srun_cr")
@@ -415,13 +421,8 @@ def test_a_preempted_batch_job_checkpoints_on_slurms_signal_and_restarts(srun_cr
     job of the urgent partition preempts it (`--signal=B:USR2@120` and the cluster's
     preempt_send_user_signal, scripts/cluster.sh): the checkpoint is made within the
     grace time, and a restart in a new job goes on with every rank's count."""
-    counter = srun_cr.script("counter.sh", COUNTER)
-    batch = srun_cr.script("job.sh", f"#!/bin/sh\nexec {SRUN_CR} -n2 {counter}\n")
     out = srun_cr.base / "job.out"
-    done = srun_cr.run("--parsable", "-N1", "-n2", "--signal=B:USR2@120", "-o", str(out),
-                       str(batch), program="sbatch")
-    assert done.returncode == 0, done.stderr
-    job = done.stdout.strip().split(";")[0]
+    _, job = _batch_counter(srun_cr, out, "--signal=B:USR2@120")
     ckpt = srun_cr.base / f"srun_cr-{job}.0"
     urgent = ""
     try:
@@ -451,14 +452,9 @@ def test_a_requeued_batch_job_goes_on_from_its_checkpoint(srun_cr: SrunCr) -> No
     """In a partition whose preempted jobs Slurm requeues (scripts/cluster.sh), the
     batch job checkpoints on Slurm's signal within the grace time; once requeued and
     run again, the same script's srun_cr goes on from that checkpoint by itself."""
-    counter = srun_cr.script("counter.sh", COUNTER)
-    batch = srun_cr.script("job.sh", f"#!/bin/sh\nexec {SRUN_CR} -n2 {counter}\n")
     out = srun_cr.base / "job.out"
-    done = srun_cr.run("--parsable", "-N1", "-n2", "--partition=requeue", "--requeue",
-                       "--open-mode=append", "--signal=B:USR2@120", "-o", str(out), str(batch),
-                       program="sbatch")
-    assert done.returncode == 0, done.stderr
-    job = done.stdout.strip().split(";")[0]
+    counter, job = _batch_counter(srun_cr, out, "--partition=requeue", "--requeue",
+                                  "--open-mode=append", "--signal=B:USR2@120")
     ckpt = srun_cr.base / f"srun_cr-{job}.0"
     urgent = ""
 
