@@ -81,7 +81,7 @@ CHANNELS: dict[str, dict[str, dict[str, Field]]] = {
     # a node agent to its anchor, over the channel
     "agent": {
         "op agent-hello": {"task": Field(str, required=True), "node": Field(str, required=True),
-                           "tasks": Field(int, low=1, high=1 << 16)},
+                           "step": Field(str), "tasks": Field(int, low=1, high=1 << 16)},
         "op agent-error": {"message": Field(str, required=True), "task": Field(str)},
         # a connection of one task's stdout (1) or stderr (2) alone
         "op agent-stream": {"task": Field(str, required=True),

@@ -64,7 +64,7 @@ class Agent(threading.Thread):
         link = peer.dial("127.0.0.1", self.port, self.secret, timeout=5)
         link.sock.setblocking(True)
         link.sock.settimeout(10)
-        link.send_message({"op": "agent-hello", "task": "0", "node": "n1", "tasks": 1}, 5)
+        link.send_message({"op": "agent-hello", "task": "0", "node": "n1", "step": "0", "tasks": 1}, 5)
         link.send_message({"event": "running"}, 5)
         try:
             while True:

@@ -18,7 +18,7 @@ def test_the_shipments_receiver_is_back_after_a_checkpoint(tmp_path: Path) -> No
     try:
         agent = AgentLink(Peer.accepted(ours, b"s" * 32))
         agents = Agents()
-        agents.hello(agent, "0", "n1", 1)
+        agents.hello(agent, "0", "n1", "0", 1)
         shipment = TreeReceiver({"rootfs": str(tmp_path / "back")})
         agent.receiver = shipment
         images = tmp_path / "images"

@@ -57,7 +57,7 @@ def test_known_names_with_any_fields_are_checked_field_by_field(channel: str, na
 @pytest.mark.parametrize(("channel", "message"), [
     ("control", {"op": "kill", "signal": 15, "all": False}),
     ("control", {"op": "checkpoint", "image_path": "/ck", "work_path": "", "leave_running": True}),
-    ("agent", {"op": "agent-hello", "task": "0", "node": "n1"}),
+    ("agent", {"op": "agent-hello", "task": "0", "node": "n1", "step": "0", "tasks": 1}),
     ("agent", {"event": "exit", "status": 0}),
     ("agent", {"event": "checkpointed", "error": None}),
     ("orders", {"op": "kill", "signal": 9}),

@@ -138,11 +138,13 @@ class AgentPort:
             return
         if op != "agent-hello":
             raise ValueError(f"expected a hello, got {op!r}")
-        task, node = message["task"], message["node"]
+        task, node, step = message["task"], message["node"], message.get("step", "")
         if not task.isdigit():
             raise ValueError(f"a hello from task {task[:20]!r}")
+        if step and not step.isdigit():
+            raise ValueError(f"a hello from step {step[:20]!r}")
         self.strangers.discard(link)
-        self.agents.hello(link, task, node, int(message.get("tasks") or 1))
+        self.agents.hello(link, task, node, step, int(message.get("tasks") or 1))
 
     def _stream(self, link: AgentLink, message: dict[str, Any]) -> None:
         """A task's stdout or stderr on this connection from now on: raw bytes, which

@@ -43,6 +43,7 @@ class Agents:
         self.exit_statuses: list[int] = []
         self.running = 0  # agents that reported their container running
         self.tasks = 0  # how many the step has, as its agents say (0 until one has)
+        self.step_id = ""  # the step's id in its job, as its agents say
         self.running_asked = False
         self.lost = 0  # agents whose connection closed before they reported an exit
         self.last_error = ""
@@ -51,9 +52,9 @@ class Agents:
         self.receivers_before: dict[AgentLink, TreeReceiver | None] = {}
         self.frozen: list[AgentLink] = []  # of the round: tasks that wait paused
 
-    def hello(self, agent: AgentLink, task: str, node: str, tasks: int) -> None:
+    def hello(self, agent: AgentLink, task: str, node: str, step_id: str, tasks: int) -> None:
         agent.task, agent.node = task, node
-        self.tasks = tasks
+        self.tasks, self.step_id = tasks, step_id
         self.connected.append(agent)
         for order in self.given:
             agent.send(order)

@@ -70,6 +70,7 @@ class Anchor(Moving):
         self.terminal_fd: int | None = None
         self.agents = Agents()
         self.kill_deadline: float | None = None
+        self.slurm_kill_at: float | None = None
         self.exit_status: int | None = None
         self.unheard = False  # create ended before the anchor's report reached it
         self.ready_fd: int | None = None  # open while a restore waits for its tasks
@@ -238,7 +239,8 @@ class Anchor(Moving):
         found = self.agent_port.deadlines() if self.agent_port is not None else []
         found += self.control.deadlines() if self.control is not None else []
         found += [deadline for _, _, deadline in self.waiting_orders]
-        return [d for d in (self.kill_deadline, self.drain_deadline, *found) if d is not None]
+        return [d for d in (self.kill_deadline, self.slurm_kill_at, self.drain_deadline, *found)
+                if d is not None]
 
     def _serve(self) -> int:
         while self.exit_status is None:
@@ -255,6 +257,9 @@ class Anchor(Moving):
                 self.control.expire(now)
             if self.waiting_orders:
                 self._give_waiting_orders(now)
+            if (self.slurm_kill_at is not None and self.exit_status is None
+                    and now >= self.slurm_kill_at):
+                self._kill_through_slurm()
             if (self.kill_deadline is not None and self.exit_status is None
                     and now >= self.kill_deadline):
                 self._force_stop()

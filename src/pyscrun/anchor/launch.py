@@ -10,7 +10,7 @@ import _socket
 import os
 
 from pyscrun import identity, jsonc, log, mountinfo, poller
-from pyscrun.anchor.orders import Orders
+from pyscrun.anchor.orders import SLURM_KILL_AFTER, Orders
 from pyscrun.anchor.stdio import CallerStdio
 from pyscrun.backends.base import MOVE_SIGNAL, LaunchRequest
 from pyscrun.channel import frames
@@ -208,6 +208,22 @@ class Launch(Orders):
         if self.terminal_fd is not None:
             os.close(self.terminal_fd)
             self.terminal_fd = None
+
+    def _kill_through_slurm(self) -> None:
+        """SIGKILL did not end the container within SLURM_KILL_AFTER: its node agents
+        cannot act on it, most likely because Slurm suspended the job and stopped every
+        process of its steps. Slurm's own SIGKILL reaches them, stopped or not (the
+        node's guard then cleans up after the agent)."""
+        self.slurm_kill_at = None
+        if self.step is None or self.allocation is None or not self.agents.step_id:
+            return
+        step = f"{self.allocation.job_id}.{self.agents.step_id}"
+        log.current.error(f"the container did not end within {SLURM_KILL_AFTER:.0f} s of "
+                          f"SIGKILL (its job suspended?): Slurm kills step {step}")
+        try:
+            self.backend.kill_step(self.site, self.allocation, self.agents.step_id)
+        except ScrunError as err:
+            log.current.error(f"cannot kill step {step}: {err}")
 
     def _force_stop(self) -> None:
         """The step ignored SIGKILL for KILL_GRACE seconds, or outlived its node agents

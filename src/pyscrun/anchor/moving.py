@@ -161,7 +161,7 @@ class Moving(Ending):
         self.step = None
         self.step_status = None
         self.drain_deadline = None
-        self.kill_deadline = None
+        self.kill_deadline = self.slurm_kill_at = None
         self.launcher_output = {}
 
     def _task_runs(self) -> None:

@@ -33,6 +33,10 @@ HARMLESS_SIGNALS = frozenset((_signal.SIGCHLD, _signal.SIGCONT, _signal.SIGURG, 
                               _signal.SIGSTOP, _signal.SIGTSTP, _signal.SIGTTIN, _signal.SIGTTOU))
 # After SIGKILL was ordered, how long the step may take before its launcher is killed.
 KILL_GRACE = 10.0
+# After SIGKILL was ordered, how long the node agents may take to end the container
+# before Slurm is asked to kill the step's processes itself (its job suspended: Slurm
+# stopped them, the agents too). Well within the 5 s podman waits after its SIGKILL.
+SLURM_KILL_AFTER = 2.0
 # How long an order for the tasks waits for every task to run its container.
 ORDER_WAIT = 60.0
 # How long a start waits for every task to run its container before it returns anyway
@@ -51,6 +55,7 @@ class Orders:
     step: Step | None
     terminal_fd: int | None
     kill_deadline: float | None
+    slurm_kill_at: float | None
     exit_status: int | None
     task_order: TaskOrder | None
     unsaved: bool
@@ -158,7 +163,10 @@ class Orders:
         if status == CREATED and signum in HARMLESS_SIGNALS:
             return  # its step waits for the start: nothing runs that it could reach
         if signum == _signal.SIGKILL and self.kill_deadline is None:
-            self.kill_deadline = time.monotonic() + KILL_GRACE
+            now = time.monotonic()
+            self.kill_deadline = now + KILL_GRACE
+            if self.backend.name == "slurm":
+                self.slurm_kill_at = now + SLURM_KILL_AFTER
         self.agents.kill(signum, every)
 
     def _when_running(self, client: Connection, message: dict[str, Any]) -> None:

@@ -139,6 +139,13 @@ class Backend:
         (child.run)."""
         raise NotImplementedError
 
+    def kill_step(self, site: Site, allocation: Allocation, step_id: str) -> None:
+        """SIGKILL to every process of the job's step on every node, through the
+        scheduler: what no node agent could end (its job suspended). Through Slurm
+        only: the local backend's agents are this machine's processes, never stopped
+        by a scheduler."""
+        raise NotImplementedError
+
     def cleanup_orphan(self, site: Site, state: ContainerState) -> None:
         """End what a dead anchor left behind (its job)."""
         raise NotImplementedError

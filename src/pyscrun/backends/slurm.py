@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 SALLOC_TIMEOUT = 3600.0
 # How long the release of a job keeps trying while slurmctld cannot be reached.
 CANCEL_RETRY_TIMEOUT = 120.0
+# How long the anchor, which waits for it, lets scancel take to kill a step.
+KILL_STEP_TIMEOUT = 10.0
 _CONTROLLER_AWAY = ("Unable to contact slurm controller", "Socket timed out")
 # How long srun --pty waits for its terminal to be given a size (docker sizes it just
 # after start; podman sets it before, in config.json's consoleSize).
@@ -269,6 +271,13 @@ class SlurmBackend(Backend):
                                       merge_output=True, interrupt_fd=interrupt_fd,
                                       bound=True)
         return status, output.decode(errors="replace")
+
+    def kill_step(self, site: Site, allocation: Allocation, step_id: str) -> None:
+        step = f"{allocation.job_id}.{step_id}"
+        done = run_command(site, ["scancel", "--signal=KILL", step], timeout=KILL_STEP_TIMEOUT)
+        if done.returncode != 0:
+            raise BackendError(f"scancel --signal=KILL {step}: "
+                               f"{_slurm_error(done.stderr, 'failed')}")
 
     def cleanup_orphan(self, site: Site, state: ContainerState) -> None:
         if state.job_owned and state.job_id:

@@ -102,7 +102,7 @@ class Agent(ContainerModes):
                                                1 + len(kinds))
         self.control.send(frames.message({
             "op": "agent-hello", "task": self.ident.task_id, "node": self.ident.node,
-            "tasks": int(self.env.get("SLURM_NTASKS") or 1)}))
+            "step": self.ident.step_id, "tasks": int(self.env.get("SLURM_NTASKS") or 1)}))
         if streaming:
             sockets = streams.claim(dict(zip(kinds, outputs, strict=True)), self.ident.task_id,
                                     DIAL_TIMEOUT)
