@@ -32,9 +32,11 @@ COUNTER = "i=0; while true; do i=$((i+1)); echo \"$i $(date +%s)\"; sleep 0.2; d
 SUSPENDED_FOR = 8.0
 
 
-@pytest.fixture
-def user(cluster: Cluster, tmp_path: Path) -> Iterator[Runtime]:
-    with runtime_on("slurm", "built-in", cluster, tmp_path, account(USER)) as made:
+@pytest.fixture(params=["built-in", "create-start"])
+def user(request: pytest.FixtureRequest, cluster: Cluster, tmp_path: Path) -> Iterator[Runtime]:
+    """The user's podman, its containers run by `runc run` (the built-in oci.conf), or
+    by runc's create and start (Slurm's other mode)."""
+    with runtime_on("slurm", request.param, cluster, tmp_path, account(USER)) as made:
         yield made
 
 
@@ -99,3 +101,22 @@ def test_podman_stop_ends_a_container_whose_job_is_suspended(user: Runtime) -> N
     wait_for(lambda: job_state(conf, job) in ("", "COMPLETED", "CANCELLED"), 30,
              f"job {job} to end with the container")
     podman_ok(user, "rm", cid)
+
+
+def test_exec_in_a_container_whose_job_is_suspended_is_refused_in_one_line(
+        user: Runtime) -> None:
+    """As runc refuses to exec in a paused container: srun would wait for the job's
+    resumption, silently. Once resumed, exec works again."""
+    cid, job = _suspended_counter(user)
+    done = podman(user, "exec", cid, "echo", "hi", timeout=60)
+    assert done.returncode != 0
+    said = done.stderr.decode()
+    assert f"cannot exec in a container whose job {job} is suspended" in said, said
+    conf = user.slurm_conf.resolve()
+    steps = slurm(conf, "squeue", "-h", "-s", "-j", job, "-o", "%j").stdout.split()
+    assert "scrun-exec" not in steps, steps
+    done = slurm(conf, "scontrol", "resume", job)
+    assert done.returncode == 0, done.stderr
+    wait_for(lambda: job_state(conf, job) == "RUNNING", 10, f"job {job} to run again")
+    assert podman_ok(user, "exec", cid, "echo", "hi") == "hi"
+    podman_ok(user, "rm", "-f", "-t", "0", cid)
