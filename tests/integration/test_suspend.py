@@ -22,6 +22,7 @@ from tests.integration.harness import (
     podman,
     podman_ok,
     slurm,
+    slurm_jobs,
     wait_for,
 )
 from tests.integration.reliability import job_state
@@ -47,7 +48,7 @@ def _lines(runtime: Runtime, cid: str) -> list[tuple[int, int]]:
 
 
 def _the_job(runtime: Runtime) -> str:
-    jobs = slurm(runtime.slurm_conf.resolve(), "squeue", "-h", "-o", "%i").stdout.split()
+    jobs = [line.split()[0] for line in slurm_jobs(runtime.slurm_conf.resolve())]
     assert len(jobs) == 1, jobs
     return jobs[0]
 
