@@ -27,6 +27,10 @@ class InvalidState(ScrunError):
     """The operation is not allowed in the container's current state."""
 
 
+class JobSuspended(InvalidState):
+    """The scheduler has suspended the container's job: what runs of it is stopped."""
+
+
 class BundleError(ScrunError):
     """The bundle or its config.json is missing or malformed."""
 

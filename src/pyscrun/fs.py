@@ -1,7 +1,8 @@
 """File system helpers for the processes that start often (the CLI, the anchor, the
 node agent): what they would take from shutil, without the milliseconds importing it
 costs (it brings fnmatch, re, bz2 and lzma along), the atomic write of every state,
-pid and manifest file, and syncing what must outlive the machine."""
+pid and manifest file (and the pid file's checks), and syncing what must outlive the
+machine."""
 
 from __future__ import annotations
 
@@ -107,6 +108,30 @@ def write_atomic(path: str, data: bytes, mode: int = 0o600, durable: bool = Fals
         raise
     if durable:
         sync_directory(directory or ".")
+
+
+def check_pid_file(path: str) -> None:
+    """ScrunError unless the pid file can be written where path says: a directory that
+    is there and writable. Checked before anything is started that a failed write
+    would leave running."""
+    from pyscrun.errors import ScrunError
+
+    directory = os.path.dirname(path) or "."
+    if not os.path.isdir(directory):
+        raise ScrunError(f"cannot write pid file {path}: no directory {directory}")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise ScrunError(f"cannot write pid file {path}: {directory} is not writable")
+
+
+def write_pid_file(path: str, pid: int) -> None:
+    """The pid, as runc writes it; ScrunError naming path (not the temporary file) if
+    it cannot be written."""
+    from pyscrun.errors import ScrunError
+
+    try:
+        write_atomic(path, str(pid).encode(), 0o644)
+    except OSError as err:
+        raise ScrunError(f"cannot write pid file {path}: {err.strerror or err}") from None
 
 
 def sync_tree(path: str) -> None:

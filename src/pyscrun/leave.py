@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 def leave(status: int) -> NoReturn:
     for stream in (sys.stdout, sys.stderr):
         try:
-            stream.flush()
+            if stream is not None:  # None: the descriptor was closed when we started
+                stream.flush()
         except (OSError, ValueError):
             pass  # its reader is gone, or it was closed: nothing more can reach it
     os._exit(status & 0xFF)
@@ -52,7 +53,8 @@ def exit_status_of(action: Callable[[], int]) -> int:
     try:
         return action()
     except ScrunError as err:
-        log.current.error(str(err))
+        # One line, whatever the input it quotes holds (a signal name, a path...).
+        log.current.error(str(err).replace("\n", "\\n"))
         return exit_code_for(err)
     except KeyboardInterrupt as err:
         return exit_code_for(err)

@@ -32,10 +32,21 @@ def test_missing_bundle(run_mode_runtime: Runtime, tmp_path: Path) -> None:
 @pytest.mark.parametrize(("content", "expect"), [
     ("", "not valid JSON"),
     ("{not json", "not valid JSON"),
-    ("[1, 2]", "must be dict"),
-    ('{"process": {"args": "sh"}}', "process.args must be list"),
+    ("[1, 2]", "the document must be an object, not a list"),
+    ('{"process": {"args": "sh"}}', "process.args must be a list, not a string"),
     ('{"process": {"cwd": "/"}}', "process.args is missing"),
-    ('{"process": {"args": ["sh"], "env": [1]}}', "process.env must be str"),
+    ('{"process": {"args": ["sh"], "env": [1]}}', "process.env[0] must be a string, not an integer"),
+    # Fields runc's create would refuse to decode, which the node's runtime met only at start.
+    ('{"process": {"args": ["sh"], "user": {"uid": "x", "gid": 0}}}',
+     "process.user.uid must be an integer from 0 to 4294967295"),
+    ('{"process": {"args": ["sh"]}, "mounts": [{"destination": "/m", "options": 5}]}',
+     "mounts[0].options must be a list, not an integer"),
+    ('{"process": {"args": ["sh"]}, "mounts": [{"destination": 5}]}',
+     "mounts[0].destination must be a string, not an integer"),
+    ('{"process": {"args": ["sh"]}, "hooks": {"prestart": 5}}',
+     "hooks.prestart must be a list, not an integer"),
+    ('{"process": {"args": ["sh"]}, "linux": {"resources": 5}}',
+     "linux.resources must be an object, not an integer"),
     ("[" * 100000 + "]" * 100000, "not valid JSON"),
 ])
 def test_malformed_config(run_mode_runtime: Runtime, tmp_path: Path, content: str, expect: str) -> None:
@@ -279,3 +290,47 @@ def test_a_command_of_scrun_lua_dies_with_its_anchor(run_mode_runtime: Runtime,
     assert code != 0
     assert len(lines) == 1, lines
     assert run_mode_runtime.scrun("state", "orphan").returncode != 0
+
+
+def test_a_restore_refused_by_its_checks_leaves_the_stopped_container_of_its_id(
+        run_mode_runtime: Runtime, tmp_path: Path) -> None:
+    """podman restores under the old id, whose stopped container makes way for it, but
+    only for a restore that can go ahead: a failed one changes nothing."""
+    runtime = run_mode_runtime
+    bundle = make_bundle(tmp_path, ["sleep", "100"])
+    assert runtime.scrun("create", "-b", str(bundle), "s1").returncode == 0
+    assert runtime.scrun("kill", "s1", "KILL").returncode == 0
+    wait_for(lambda: json.loads(runtime.scrun("state", "s1").stdout)["status"] == "stopped",
+             30, "the container to stop")
+    images = tmp_path / "images"
+    images.mkdir()
+    (images / "inventory.img").write_bytes(b"")
+    done = runtime.scrun("restore", "--image-path", str(images), "-b",
+                         str(tmp_path / "nowhere"), "s1")
+    _assert_clean_failure(done, "is not a directory")
+    assert json.loads(runtime.scrun("state", "s1").stdout)["status"] == "stopped"
+    assert runtime.scrun("delete", "s1").returncode == 0
+
+
+def test_exec_refusals_start_no_session(run_mode_runtime: Runtime, tmp_path: Path) -> None:
+    """Descriptors to preserve (none reaches an exec'd process: said, rather than dropped
+    silently), a pid file that cannot be written (runc ends the process then): one line,
+    and nothing runs in the container."""
+    runtime = run_mode_runtime
+    bundle = make_bundle(tmp_path, ["sleep", "100"])
+    assert runtime.scrun("create", "-b", str(bundle), "e1").returncode == 0
+    assert runtime.scrun("start", "e1").returncode == 0
+    try:
+        done = runtime.scrun("exec", "--preserve-fds", "2", "e1", "sleep", "4243")
+        _assert_clean_failure(done, "exec --preserve-fds is not supported")
+        pid_file = tmp_path / "nowhere" / "exec.pid"
+        done = runtime.scrun("exec", "--detach", "--pid-file", str(pid_file), "e1",
+                             "sleep", "4243")
+        _assert_clean_failure(done, f"cannot write pid file {pid_file}: no directory")
+        assert processes_mentioning("sleep 4243") == []
+        assert runtime.scrun("exec", "--preserve-fds", "0", "e1", "true").returncode == 0
+    finally:
+        runtime.scrun("kill", "e1", "KILL")
+        wait_for(lambda: json.loads(runtime.scrun("state", "e1").stdout)["status"] == "stopped",
+                 30, "the container to stop")
+        assert runtime.scrun("delete", "e1").returncode == 0

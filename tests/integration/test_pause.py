@@ -6,12 +6,19 @@ has no cgroup of its own to freeze or limit (podman refuses them to an ordinary 
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
-from tests.integration.harness import IMAGE, Runtime, podman, wait_for
+import pytest
+
+from tests.integration.conftest import runtime_on
+from tests.integration.harness import IMAGE, Cluster, Runtime, podman, wait_for
+from tests.integration.reliability import agent_pids
 
 COUNTER = "i=0; while true; do i=$((i+1)); echo $i; sleep 0.2; done"
 
@@ -109,3 +116,41 @@ def test_ps_lists_every_process_of_the_container(runtime: Runtime) -> None:
         assert table.returncode == 0 and table.stdout.startswith("UID")
     finally:
         podman(runtime, "rm", "-f", "-t", "0", name)
+
+
+@pytest.fixture
+def root_through_slurm(cluster: Cluster, tmp_path: Path) -> Iterator[Runtime]:
+    with runtime_on("slurm", "built-in", cluster, tmp_path) as made:
+        yield made
+
+
+def test_a_pause_the_stopped_node_agent_cannot_answer_fails_and_is_taken_back(
+        root_through_slurm: Runtime) -> None:
+    """The node agent stopped (as a job's suspension stops it, if it comes just as the
+    pause goes out): podman pause fails, saying which task did not answer, and the
+    container is not left paused once the agent goes on."""
+    runtime = root_through_slurm
+    name = f"p{uuid.uuid4().hex[:8]}"
+    started = podman(runtime, "run", "-d", "--name", name, IMAGE, "sh", "-c", COUNTER)
+    assert started.returncode == 0, started.stderr
+    try:
+        wait_for(lambda: len(_counts(runtime, name)) >= 3, 60, "the count to start")
+        [agent] = agent_pids(runtime)
+        os.kill(agent, signal.SIGSTOP)
+        try:
+            paused = podman(runtime, "pause", name, timeout=60)
+        finally:
+            os.kill(agent, signal.SIGCONT)
+        assert paused.returncode != 0
+        said = paused.stderr.decode()
+        assert "task 0: its node agent did not answer within 20 s" in said, said
+        assert _status(runtime, name) == "running"
+        at_continue = len(_counts(runtime, name))
+        wait_for(lambda: len(_counts(runtime, name)) >= at_continue + 5, 30,
+                 "the count to go on once the agent went on")
+        assert podman(runtime, "pause", name).returncode == 0
+        assert _status(runtime, name) == "paused"
+        assert podman(runtime, "unpause", name).returncode == 0
+    finally:
+        removed = podman(runtime, "rm", "-f", "-t", "0", name)
+    assert removed.returncode == 0, removed.stderr

@@ -41,6 +41,14 @@ def user(request: pytest.FixtureRequest, cluster: Cluster, tmp_path: Path) -> It
         yield made
 
 
+@pytest.fixture
+def root(cluster: Cluster, tmp_path: Path) -> Iterator[Runtime]:
+    """root's podman through Slurm: pause and checkpoint are root's (a rootless
+    container has no cgroup of its own on this cgroup v1 host, and CRIU needs root)."""
+    with runtime_on("slurm", "built-in", cluster, tmp_path) as made:
+        yield made
+
+
 def _lines(runtime: Runtime, cid: str) -> list[tuple[int, int]]:
     """(count, second) of each line the container wrote so far."""
     logs = podman_ok(runtime, "logs", cid)
@@ -121,3 +129,31 @@ def test_exec_in_a_container_whose_job_is_suspended_is_refused_in_one_line(
     wait_for(lambda: job_state(conf, job) == "RUNNING", 10, f"job {job} to run again")
     assert podman_ok(user, "exec", cid, "echo", "hi") == "hi"
     podman_ok(user, "rm", "-f", "-t", "0", cid)
+
+
+def test_pause_and_checkpoint_of_a_suspended_jobs_container_are_refused_in_one_line(
+        root: Runtime, tmp_path: Path) -> None:
+    """Its node agents are stopped with the job: a pause would wait for the job's
+    resumption and come whenever it did, a checkpoint would hang until then. Each is
+    refused at once, the container left as it was; once resumed, both work."""
+    cid, job = _suspended_counter(root)
+    for verb in (("pause",), ("container", "checkpoint")):
+        done = podman(root, *verb, cid, timeout=60)
+        assert done.returncode != 0
+        said = done.stderr.decode()
+        assert f"a container whose job {job} is suspended" in said, said
+    assert podman_ok(root, "inspect", cid, "--format", "{{.State.Status}}") == "running"
+    conf = root.slurm_conf.resolve()
+    done = slurm(conf, "scontrol", "resume", job)
+    assert done.returncode == 0, done.stderr
+    wait_for(lambda: job_state(conf, job) == "RUNNING", 10, f"job {job} to run again")
+    # Nothing refused was carried out on the resumption.
+    assert podman_ok(root, "inspect", cid, "--format", "{{.State.Status}}") == "running"
+    at_resume = _lines(root, cid)[-1][0]
+    wait_for(lambda: _lines(root, cid)[-1][0] >= at_resume + 3, 30, "the count to go on")
+    podman_ok(root, "pause", cid)
+    podman_ok(root, "unpause", cid)
+    archive = tmp_path / "counter.tar.gz"
+    podman_ok(root, "container", "checkpoint", "--export", str(archive), cid)
+    assert archive.stat().st_size > 0
+    podman_ok(root, "rm", "-f", "-t", "0", cid)

@@ -45,15 +45,21 @@ class Agent(threading.Thread):
     pause, resume, ..., checkpoint it is ordered; the orders it got, in turn. Its images
     go where the anchor sees them, or, once sees_image_path is False, over the channel
     as a node's that does not see the image path (node/images.py). while_dumping, if
-    set, runs once it has dumped, before it answers (a fault of the login host's)."""
+    set, runs once it has dumped, before it answers (a fault of the login host's);
+    awake, cleared, holds its answers (a stopped agent)."""
 
-    def __init__(self, port: int, secret: bytes, node_dir: str) -> None:
+    def __init__(self, port: int, secret: bytes, node_dir: str, running: bool) -> None:
         super().__init__(daemon=True)
         self.port, self.secret = port, secret
+        self.running = running  # reports its container running once it said hello
         self.node_dir = node_dir  # its node's own disk
         self.orders: list[str] = []
         self.sees_image_path = True
         self.while_dumping: Callable[[], None] | None = None
+        # Cleared, it answers no pause, resume, ... until set: a stopped node agent (a
+        # suspended job's). Its orders still arrive, and are carried out in turn.
+        self.awake = threading.Event()
+        self.awake.set()
         self.to_say: queue.Queue[dict[str, Any]] = queue.Queue()
 
     def say(self, message: dict[str, Any]) -> None:
@@ -65,7 +71,8 @@ class Agent(threading.Thread):
         link.sock.setblocking(True)
         link.sock.settimeout(10)
         link.send_message({"op": "agent-hello", "task": "0", "node": "n1", "step": "0", "tasks": 1}, 5)
-        link.send_message({"event": "running"}, 5)
+        if self.running:
+            link.send_message({"event": "running"}, 5)
         try:
             while True:
                 while not self.to_say.empty():
@@ -75,6 +82,7 @@ class Agent(threading.Thread):
                 for order in peer.messages(link.receive()):
                     self.orders.append(order["op"])
                     if order["op"] in RULES:
+                        self.awake.wait()
                         link.send_message({"event": "ordered", "order": order["op"],
                                            "error": None}, 5)
                     elif order["op"] == "checkpoint":
@@ -114,9 +122,11 @@ def _readable(link: peer.Peer, timeout: float) -> bool:
 
 
 class Harness:
-    """An anchor past create whose container is in status, with its agent connected."""
+    """An anchor past create whose container is in status, with its agent connected
+    (and, if running, its container reported running; otherwise the agent says so
+    when told to)."""
 
-    def __init__(self, tmp_path: Path, status: str) -> None:
+    def __init__(self, tmp_path: Path, status: str, running: bool = True) -> None:
         self.root = str(tmp_path / "root")
         store = Store(self.root)
         site = Site(str(tmp_path / "slurm.conf"), ociconf.load(str(tmp_path / "oci.conf")),
@@ -136,9 +146,11 @@ class Harness:
             anchor.selector, anchor.agents, anchor.secret, None, loopback_only=True,
             on_event=anchor._agent_event, on_stream=anchor._agent_stream,
             on_gone=anchor._agent_gone)
-        self.agent = Agent(anchor.agent_port.port, anchor.secret, str(tmp_path / "node"))
+        self.agent = Agent(anchor.agent_port.port, anchor.secret, str(tmp_path / "node"),
+                           running)
         self.agent.start()
-        self.serve_until(anchor.agents.all_running)
+        self.serve_until(anchor.agents.all_running if running
+                         else lambda: bool(anchor.agents.connected))
 
     def serve_until(self, done: Callable[[], bool]) -> None:
         """The anchor's loop (daemon.py _serve) until done: an error it lets out fails
@@ -148,6 +160,7 @@ class Harness:
             assert time.monotonic() < deadline, "the anchor did not get there in 10 s"
             for key, events in self.anchor.selector.select(0.05):
                 self.anchor._dispatch(key, events)
+            self.anchor._expire_task_order(time.monotonic())
             self.anchor._rearm()
 
     def scrun(self, verb: str, *options: str) -> int:
@@ -193,4 +206,5 @@ class Harness:
         anchor.agent_port.close()
         anchor.control.close()
         anchor.selector.close()
+        self.agent.awake.set()
         self.agent.join(10)

@@ -14,13 +14,14 @@ from tests.unit.mounts import Mounts
 
 
 @pytest.fixture
-def harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[str], Harness]]:
+def harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+            ) -> Iterator[Callable[..., Harness]]:
     # The CLI configures the process's logger: the next test gets its own back.
     monkeypatch.setattr(log, "current", log.current)
     made: list[Harness] = []
 
-    def make(status: str) -> Harness:
-        made.append(Harness(tmp_path, status))
+    def make(status: str, running: bool = True) -> Harness:
+        made.append(Harness(tmp_path, status, running))
         return made[-1]
 
     yield make

@@ -12,6 +12,7 @@ from pyscrun import log, messages, poller, sockets
 from pyscrun.anchor.agents import AgentLink, Agents
 from pyscrun.channel import frames, streams, tcp
 from pyscrun.channel.peer import Peer, PeerGone
+from pyscrun.digits import only_digits
 from pyscrun.errors import ScrunError
 from pyscrun.node.criu import other_task, task_image_dir
 from pyscrun.watch import watch
@@ -139,9 +140,9 @@ class AgentPort:
         if op != "agent-hello":
             raise ValueError(f"expected a hello, got {op!r}")
         task, node, step = message["task"], message["node"], message.get("step", "")
-        if not task.isdigit():
+        if not only_digits(task):
             raise ValueError(f"a hello from task {task[:20]!r}")
-        if step and not step.isdigit():
+        if step and not only_digits(step):
             raise ValueError(f"a hello from step {step[:20]!r}")
         self.strangers.discard(link)
         self.agents.hello(link, task, node, step, int(message.get("tasks") or 1))
@@ -150,7 +151,7 @@ class AgentPort:
         """A task's stdout or stderr on this connection from now on: raw bytes, which
         the anchor's caller stdio takes (channel/streams.py)."""
         task = message["task"]
-        if not task.isdigit():
+        if not only_digits(task):
             raise ValueError(f"a stream of task {task[:20]!r}")
         if not link.send({"op": streams.TAKEN}) or link.peer.pending:
             raise ValueError("the stream could not be told it was taken")

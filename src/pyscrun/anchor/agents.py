@@ -28,9 +28,17 @@ class AgentLink:
         self.reported_exit = False  # an agent that said how its container ended
         self.receiver: TreeReceiver | None = None  # its checkpoint images, if sent
         self.stream = False  # handed over as a task's output stream (no frames)
+        # Answers ("ordered") still to come to orders no longer waited for: an undo, or
+        # an order it had not answered in time. Each order is answered once, in turn.
+        self.stale_answers = 0
 
     def send(self, message: dict[str, Any]) -> bool:
         return self.peer.send(frames.message(message))
+
+    def send_unawaited(self, message: dict[str, Any]) -> None:
+        """An order (an undo) whose answer no one waits for."""
+        if self.send(message):
+            self.stale_answers += 1
 
 
 class Agents:
@@ -166,7 +174,7 @@ class Agents:
         if errors:
             reply = _failed(done, "; ".join(errors))
             for agent in self.frozen:
-                agent.send({"op": "resume"})  # as it was: running
+                agent.send_unawaited({"op": "resume"})  # as it was: running
             return reply
         if done.stops:
             self.kill(9)  # a paused task is resumed to take it

@@ -35,6 +35,7 @@ class Connection:
         self.reader = protocol.LineReader()
         self.active = now  # when it last sent a request
         self.waiting = False  # for an answer that comes later (a checkpoint)
+        self.closed = False
 
     def send(self, message: dict[str, Any]) -> bool:
         self.waiting = False
@@ -137,6 +138,7 @@ class ControlSocket:
 
     def _drop(self, client: Connection) -> None:
         self.detach(client).conn.close()
+        client.closed = True
 
     def _read(self, client: Connection) -> None:
         received = client.reader.receive(client.conn)

@@ -27,7 +27,7 @@ from pyscrun.anchor.task_orders import TaskOrder
 from pyscrun.backends.base import Allocation, Step
 from pyscrun.channel import frames
 from pyscrun.errors import CheckpointError, ScrunError
-from pyscrun.fs import write_all, write_atomic
+from pyscrun.fs import write_all, write_pid_file
 from pyscrun.node.criu import PROBE, UNPROBED
 from pyscrun.oci.state import (
     CREATED,
@@ -158,8 +158,7 @@ class Anchor(Moving):
         self.selector.register(os.pidfd_open(self.stand_in.pid), poller.READ, "stand-in")
         self.store.save(self.state)
         if self.request.pid_file:
-            write_atomic(os.path.abspath(self.request.pid_file),
-                         str(self.stand_in.pid).encode(), 0o644)
+            write_pid_file(os.path.abspath(self.request.pid_file), self.stand_in.pid)
         if self.request.restore is not None:
             from pyscrun.anchor.checkpointing import place_probe
 
@@ -239,6 +238,7 @@ class Anchor(Moving):
         found = self.agent_port.deadlines() if self.agent_port is not None else []
         found += self.control.deadlines() if self.control is not None else []
         found += [deadline for _, _, deadline in self.waiting_orders]
+        found += [self.task_order.deadline] if self.task_order is not None else []
         return [d for d in (self.kill_deadline, self.slurm_kill_at, self.drain_deadline, *found)
                 if d is not None]
 
@@ -257,6 +257,7 @@ class Anchor(Moving):
                 self.control.expire(now)
             if self.waiting_orders:
                 self._give_waiting_orders(now)
+            self._expire_task_order(now)
             if (self.slurm_kill_at is not None and self.exit_status is None
                     and now >= self.slurm_kill_at):
                 self._kill_through_slurm()

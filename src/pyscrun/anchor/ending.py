@@ -35,7 +35,6 @@ STAND_IN_REAPED = 5.0
 
 class Ending(Launch):
     # What the anchor holds (anchor/daemon.py), beside what Launch uses.
-    step_status: int | None
     drain_deadline: float | None
     ready_fd: int | None
     restore_probe: str

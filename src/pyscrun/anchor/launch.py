@@ -32,6 +32,7 @@ class Launch(Orders):
     selector: poller.Poller
     secret: bytes
     allocation: Allocation | None
+    step_status: int | None  # once the step ended (and was reaped)
     agent_port: AgentPort | None
     stdio: CallerStdio | None
     bundle_probe: str
@@ -215,8 +216,9 @@ class Launch(Orders):
         process of its steps. Slurm's own SIGKILL reaches them, stopped or not (the
         node's guard then cleans up after the agent)."""
         self.slurm_kill_at = None
-        if self.step is None or self.allocation is None or not self.agents.step_id:
-            return
+        if (self.step is None or self.step_status is not None or self.allocation is None
+                or not self.agents.step_id):
+            return  # no step, or it has ended: nothing of it left to kill
         step = f"{self.allocation.job_id}.{self.agents.step_id}"
         log.current.error(f"the container did not end within {SLURM_KILL_AFTER:.0f} s of "
                           f"SIGKILL (its job suspended?): Slurm kills step {step}")
@@ -229,14 +231,16 @@ class Launch(Orders):
         """The step ignored SIGKILL for KILL_GRACE seconds, or outlived its node agents
         by AGENT_LOST_GRACE: kill its launcher."""
         self.kill_deadline = None
-        if self.step is not None:
+        if self.step is None:
+            self.exit_status = 128 + _signal.SIGKILL
+        elif self.step_status is None:
             log.current.error("the container's step did not end: killing its launcher")
             try:
                 os.kill(self.step.pid, _signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        else:
-            self.exit_status = 128 + _signal.SIGKILL
+        # A step that ended was reaped (its pid may be another process's now): what is
+        # left is the drain, which its own deadline ends.
 
 
 def _detach_stdio() -> None:

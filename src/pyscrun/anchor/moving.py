@@ -48,7 +48,7 @@ class Moving(Ending):
     # What the anchor holds (anchor/daemon.py), beside what Ending uses.
     signals: int
     move_phase: str  # one of the phases above, "" while no move is under way
-    move_wanted: bool  # a warning that could not be acted on yet (tasks not all running)
+    move_wanted: bool  # a warning not acted on yet (tasks not all running, an order on)
     move_abandoned: bool  # a kill came during the move: the container ends instead
 
     def _job_ending(self) -> None:
@@ -61,16 +61,15 @@ class Moving(Ending):
         self._move_when_running()
 
     def _move_when_running(self) -> None:
-        if not self.move_wanted or self.move_phase or not self.agents.all_running():
+        """Once every task runs, and an order in progress (the user's checkpoint, pause,
+        ps...) is done: Slurm warns once."""
+        if (not self.move_wanted or self.move_phase or not self.agents.all_running()
+                or self.agents.round is not None or self.task_order is not None):
             return
         self.move_wanted = False
         if self.state.status != RUNNING:
             log.current.error(f"the job's end is near, but a container that is "
                               f"{self.state.status} does not move: it ends with its job")
-            return
-        if self.agents.round is not None or self.task_order is not None:
-            log.current.error("the job's end is near, but another order is in progress: "
-                              "the container ends with its job")
             return
         images = self._move_images()
         remove_tree(images)

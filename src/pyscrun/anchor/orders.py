@@ -10,7 +10,7 @@ import time
 
 from pyscrun import log
 from pyscrun.anchor.agent_port import send_images
-from pyscrun.anchor.task_orders import RULES, TaskOrder
+from pyscrun.anchor.task_orders import ORDER_WAIT, RULES, TaskOrder
 from pyscrun.errors import InvalidState, ScrunError
 from pyscrun.oci.state import CREATED, PAUSED, RUNNING
 
@@ -37,8 +37,6 @@ KILL_GRACE = 10.0
 # before Slurm is asked to kill the step's processes itself (its job suspended: Slurm
 # stopped them, the agents too). Well within the 5 s podman waits after its SIGKILL.
 SLURM_KILL_AFTER = 2.0
-# How long an order for the tasks waits for every task to run its container.
-ORDER_WAIT = 60.0
 # How long a start waits for every task to run its container before it returns anyway
 # (a bundle shipped to the nodes may take that long).
 START_WAIT = 10.0
@@ -78,6 +76,9 @@ class Orders:
         raise NotImplementedError
 
     def _task_runs(self) -> None:
+        raise NotImplementedError
+
+    def _move_when_running(self) -> None:
         raise NotImplementedError
 
     def _handle(self, client: Connection, message: dict[str, Any]) -> dict[str, Any] | None:
@@ -140,7 +141,13 @@ class Orders:
         elif event == "job-ending":
             self._job_ending()
         elif event == "ordered":
-            if self.task_order is not None:
+            if agent.stale_answers:
+                agent.stale_answers -= 1
+                if message.get("error"):
+                    # An undo that failed leaves that task unlike the others: say so.
+                    log.current.error(f"task {agent.task}: {message.get('order')}, no longer "
+                                      f"waited for, failed: {message['error']}")
+            elif self.task_order is not None:
                 self.task_order.answered(agent, message)
             self._answer_task_order()
         elif event == "checkpointed":
@@ -185,6 +192,8 @@ class Orders:
         once its container ended, or once it waited START_WAIT."""
         waiting, self.waiting_orders = self.waiting_orders, []
         for client, message, deadline in waiting:
+            if client.closed:
+                continue  # its client gave up (interrupted): nothing is done for it
             ended = self.exit_status is not None
             late = now is not None and now >= deadline
             if message["op"] == "start":
@@ -231,19 +240,28 @@ class Orders:
                 self.task_order.lost(agent)
         self._answer_task_order()
 
+    def _expire_task_order(self, now: float) -> None:
+        if self.task_order is not None and now >= self.task_order.deadline:
+            self.task_order.expire()
+            self._answer_task_order()
+
     def _answer_task_order(self) -> None:
         order = self.task_order
         if order is None or not order.complete:
             return
         self.task_order = None
+        self._answer(order)
+        self._move_when_running()  # a warning that came meanwhile
+
+    def _answer(self, order: TaskOrder) -> None:
         errors = order.errors
         if errors:
-            # All or nothing: the tasks that did it take it back.
+            # All or nothing: the tasks that did it, or may yet, take it back.
             if order.rule.undo is not None:
-                done = order.succeeded()
+                done = order.succeeded() + order.late
                 for agent in self.agents.connected:
                     if agent in done:
-                        agent.send({"op": order.rule.undo})
+                        agent.send_unawaited({"op": order.rule.undo})
             order.client.send({"ok": False, "error": f"{order.op} failed: {'; '.join(errors)}"})
             return
         if order.rule.after is not None:
@@ -293,3 +311,4 @@ class Orders:
             self.stopped_waiters.append((client, reply))
         else:
             client.send(reply)
+            self._move_when_running()  # a warning that came meanwhile

@@ -116,6 +116,11 @@ class Backend:
         terminal: argv and environment."""
         raise NotImplementedError
 
+    def suspended(self, site: Site, job_id: str) -> bool:
+        """Whether the scheduler has suspended job_id, and with it every process of its
+        steps (False if it cannot say). Only Slurm suspends."""
+        return False
+
     def queue_fd(self, allocation: Allocation) -> int:
         """Readable when a queued job's fate may have changed."""
         raise NotImplementedError

@@ -24,7 +24,8 @@ from pyscrun.backends.base import (
 from pyscrun.backends.salloc import HeldAllocation
 from pyscrun.conf import scrun_env
 from pyscrun.conf.site import Site
-from pyscrun.errors import BackendError, InvalidState
+from pyscrun.digits import only_digits
+from pyscrun.errors import BackendError
 from pyscrun.fs import which
 from pyscrun.node import agent_command, exec_into_command
 from pyscrun.oci.state import ContainerState
@@ -39,7 +40,8 @@ if TYPE_CHECKING:
 SALLOC_TIMEOUT = 3600.0
 # How long the release of a job keeps trying while slurmctld cannot be reached.
 CANCEL_RETRY_TIMEOUT = 120.0
-# How long exec waits for squeue to say whether the job is suspended.
+# How long exec, pause and the other orders wait for squeue to say whether the job is
+# suspended.
 SQUEUE_TIMEOUT = 30.0
 # How long the anchor, which waits for it, lets scancel take to kill a step.
 KILL_STEP_TIMEOUT = 10.0
@@ -123,25 +125,14 @@ def _salloc_argv(container_id: str, options: dict[str, str], warn_before: int) -
                         if not a.startswith("--job-name="))]
 
 
-def _suspended(site: Site, job_id: str) -> bool:
-    """Whether squeue says the job is suspended (False if it cannot say). Through
-    child.run, not subprocess, whose imports every exec would pay."""
-    argv = identity.as_real_user(["squeue", "-h", "-j", job_id, "-o", "%T"])
-    try:
-        status, said, _ = child.run(argv, _env(site), SQUEUE_TIMEOUT)
-    except OSError:
-        return False
-    return status == 0 and said.strip() == b"SUSPENDED"
-
-
 def _node_count(site: Site, job_id: str, variables: dict[str, str]) -> str:
     """How many nodes the job has: among its variables, else as squeue says. Without it
     srun would start one task on the job's first node only."""
     count = variables.get("SLURM_JOB_NUM_NODES", "")
-    if count.isdigit():
+    if only_digits(count):
         return count
     nodes = run_command(site, ["squeue", "-h", "-j", job_id, "-o", "%D"])
-    if nodes.returncode != 0 or not nodes.stdout.strip().isdigit():
+    if nodes.returncode != 0 or not only_digits(nodes.stdout.strip()):
         raise BackendError(f"cannot read the node count of job {job_id}: "
                            f"{_slurm_error(nodes.stderr, 'squeue failed')}")
     return nodes.stdout.strip()
@@ -194,6 +185,16 @@ class SlurmBackend(Backend):
         allocation.queued = not held.granted
         return allocation
 
+    def suspended(self, site: Site, job_id: str) -> bool:
+        """As squeue says. Through child.run, not subprocess, whose imports every exec
+        would pay."""
+        argv = identity.as_real_user(["squeue", "-h", "-j", job_id, "-o", "%T"])
+        try:
+            status, said, _ = child.run(argv, _env(site), SQUEUE_TIMEOUT)
+        except OSError:
+            return False
+        return status == 0 and said.strip() == b"SUSPENDED"
+
     def exec_command(self, site: Site, job_id: str, env: dict[str, str], terminal: bool,
                      ) -> tuple[list[str], dict[str, str]]:
         """A step of the container's job beside its own (--overlap), on the job's first
@@ -202,10 +203,6 @@ class SlurmBackend(Backend):
         srun = site.oci.SrunPath or "srun"
         if which(srun, os.environ.get("PATH")) is None:
             raise BackendError(f"{srun} not found: install slurm-client")
-        # srun would wait, silently, for as long as the job stays suspended; runc
-        # refuses to exec in a paused container.
-        if _suspended(site, job_id):
-            raise InvalidState(f"cannot exec in a container whose job {job_id} is suspended")
         argv = [srun, *site.oci.SrunArgs, f"--jobid={job_id}", "--overlap", "--nodes=1",
                 "--ntasks=1", "--job-name=scrun-exec", "--quiet", "--export=ALL",
                 "--kill-on-bad-exit=0", "--chdir=/", *(["--pty"] if terminal else []),

@@ -59,7 +59,8 @@ def _criu_path(ctx: Context, criu: str) -> str:
 
 
 def checkpoint(ctx: Context) -> int:
-    from pyscrun.cli.lifecycle import load_for
+    from pyscrun.cli.lifecycle import load_for, refuse_while_suspended
+    from pyscrun.conf import site
 
     if ctx.flag("pre_dump"):
         # runc's pre-dump leaves the container running; a whole dump in its place would
@@ -68,6 +69,7 @@ def checkpoint(ctx: Context) -> int:
     order = _criu_order(ctx, "checkpoint")
     store, state = load_for(ctx, "checkpoint", RUNNING)
     _for_root_only("checkpoint")
+    refuse_while_suspended(site.load(ctx.slurm_conf), state, "checkpoint")
     order.update(op="checkpoint", leave_running=ctx.flag("leave_running"))
     try:
         os.makedirs(str(order["image_path"]), exist_ok=True)
@@ -116,8 +118,8 @@ def restore(ctx: Context) -> int:
         previous = store.load(ctx.container_id)
     except ScrunError:
         previous = None
-    # podman restores a checkpointed container under its old id: that one has stopped.
-    if previous is not None and previous.effective_status() == STOPPED:
-        store.remove(previous.id)
-    create_container(ctx, restore=order)
+    # podman restores a checkpointed container under its old id: that one has stopped,
+    # and makes way once the restore's input passed its checks.
+    stopped = previous if previous is not None and previous.effective_status() == STOPPED else None
+    create_container(ctx, restore=order, replacing=stopped)
     return 0

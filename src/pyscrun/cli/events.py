@@ -8,7 +8,7 @@ import re
 import time
 
 from pyscrun.cli.main import Context
-from pyscrun.errors import ContainerNotFound, InvalidState, UsageError
+from pyscrun.errors import ContainerNotFound, InvalidState, JobSuspended, UsageError
 
 # Go's time.ParseDuration, which runc's --interval goes through: "5s", "1m30s", "250ms".
 _UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -34,6 +34,11 @@ def events(ctx: Context) -> int:
     while True:
         try:
             reply = order_tasks(ctx, "stats")
+        except JobSuspended:
+            if ctx.flag("stats"):
+                raise
+            time.sleep(interval)  # nothing to read until the job is resumed
+            continue
         except (InvalidState, ContainerNotFound):
             if not printed:
                 raise

@@ -29,7 +29,7 @@ from pyscrun import identity
 from pyscrun.backends.slurm import await_terminal_size
 from pyscrun.cli.main import Context
 from pyscrun.console import make_controlling_terminal, open_console
-from pyscrun.errors import BundleError, InvalidState, UsageError
+from pyscrun.errors import BundleError, InvalidState, NotSupported, UsageError
 from pyscrun.fs import write_all
 from pyscrun.oci.state import RUNNING, shell_status
 
@@ -39,8 +39,9 @@ _SRUN_PREFIX = b"srun: error: "
 
 def execute(ctx: Context) -> int:
     from pyscrun import backends
+    from pyscrun.cli.lifecycle import refuse_while_suspended
     from pyscrun.conf import site
-    from pyscrun.fs import write_atomic
+    from pyscrun.fs import check_pid_file, write_pid_file
 
     state = ctx.store.load(ctx.container_id)
     command = ctx.options.get("command")
@@ -53,6 +54,10 @@ def execute(ctx: Context) -> int:
     else:
         raise UsageError("exec needs a command, or --process FILE (the OCI process, as "
                          "podman and docker pass it)")
+    if (ctx.option("preserve_fds") or "0").lstrip("0"):
+        # Silently dropped, the descriptors would be missed only inside the container.
+        raise NotSupported("exec --preserve-fds is not supported: the exec'd process gets "
+                           "its stdio only")
     terminal = _terminal(ctx, process)
     status = state.effective_status()
     if status != RUNNING:
@@ -60,7 +65,13 @@ def execute(ctx: Context) -> int:
         # (its init waits inside); here nothing may run yet (the job, or the container
         # in run mode, comes with the start), so it is refused in the same words.
         raise InvalidState(f"cannot exec in a {status} container")
+    pid_file = ctx.option("pid_file")
+    if pid_file:
+        pid_file = os.path.abspath(pid_file)
+        check_pid_file(pid_file)  # a session started is not left running for want of it
     the_site = site.load(ctx.slurm_conf)
+    # srun would wait, silently, for as long as the job stays suspended.
+    refuse_while_suspended(the_site, state, "exec in")
     argv, env = backends.get(state.backend).exec_command(
         the_site, state.job_id, {"PYSCRUN_EXEC_JOB": state.job_id, "PYSCRUN_EXEC_TASK": "0",
                                  "PYSCRUN_EXEC_PROCESS": json.dumps(process)}, terminal)
@@ -69,8 +80,8 @@ def execute(ctx: Context) -> int:
     slave = (open_console(console, size if isinstance(size, dict) else None)
              if terminal and console else None)
     pid = _fork_session(argv, env, through_srun=state.backend == "slurm", terminal=slave)
-    if ctx.option("pid_file"):
-        write_atomic(os.path.abspath(ctx.option("pid_file") or ""), str(pid).encode(), 0o644)
+    if pid_file:
+        write_pid_file(pid_file, pid)
     if ctx.flag("detach"):
         return 0
     _, wait_status = os.waitpid(pid, 0)

@@ -168,7 +168,7 @@ VERBS = {
                     Flag(("env", "e"), True, "set an environment variable (repeatable)",
                          repeat=True),
                     Flag(("cwd",), True, "working directory of the process"),
-                    Flag(("preserve-fds",), True, ignored=True)),
+                    Flag(("preserve-fds",), True, "only 0: no descriptor reaches an exec")),
              help="run a process in the running container (task 0)", command=True),
         Verb("events", "pyscrun.cli.events:events", ("container-id",),
              flags=(Flag(("stats",), help="print the figures once and exit"),

@@ -9,7 +9,15 @@ import time
 from pyscrun import log
 from pyscrun.anchor.store import Store
 from pyscrun.cli.main import Context
-from pyscrun.errors import AnchorError, ContainerNotFound, InvalidState, ScrunError, UsageError
+from pyscrun.digits import only_digits
+from pyscrun.errors import (
+    AnchorError,
+    ContainerNotFound,
+    InvalidState,
+    JobSuspended,
+    ScrunError,
+    UsageError,
+)
 from pyscrun.oci.state import (
     CREATED,
     CREATING,
@@ -26,6 +34,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from pyscrun.conf.site import Site
+
 # How long delete waits for the anchor to wind down after ordering the kill.
 DELETE_TIMEOUT = 30.0
 # How long delete waits for an anchor that recorded the container's end to give its job
@@ -41,9 +51,11 @@ FORWARDED_SIGNALS = (1, 2, 3, 10, 12, 15)
 
 
 def create_container(ctx: Context, restore: dict[str, Any] | None = None,
+                     replacing: ContainerState | None = None,
                      ) -> tuple[Store, str, tuple[int, int]]:
     """Everything create (and restore) does: check, reserve the id, fork the anchor and
-    the container's stand-in (their pids)."""
+    the container's stand-in (their pids). replacing: a stopped container of the same
+    id (restore's), removed once the checks passed."""
     from pyscrun.anchor.request import CreateRequest
     from pyscrun.anchor.spawn import start_anchor
     from pyscrun.conf import scrun_env, site
@@ -56,9 +68,14 @@ def create_container(ctx: Context, restore: dict[str, Any] | None = None,
     console_socket = ctx.option("console_socket")
     if bundle.terminal and not console_socket:
         raise UsageError("process.terminal is true but no --console-socket was given")
+    if console_socket and not bundle.terminal:
+        raise UsageError("cannot use console socket if runc will not detach or allocate tty")
     preserve = ctx.option("preserve_fds") or "0"
-    if not preserve.isdigit():
+    if not only_digits(preserve):
         raise UsageError(f"--preserve-fds needs a number, not {preserve!r}")
+    if int(preserve) > os.sysconf("SC_OPEN_MAX"):
+        raise UsageError(f"--preserve-fds {preserve}: more descriptors than a process may "
+                         f"have open here ({os.sysconf('SC_OPEN_MAX')})")
     the_site = site.load(ctx.slurm_conf)
     if int(preserve) and the_site.backend != "local":
         raise UsageError(f"--preserve-fds {preserve}: descriptors cannot reach a container on "
@@ -78,6 +95,8 @@ def create_container(ctx: Context, restore: dict[str, Any] | None = None,
 
         hooks = preload_hooks(the_site, bundle)
     store = ctx.store
+    if replacing is not None:
+        store.remove(replacing.id)
     store.make_spool_dir(container_id)
     try:
         pids = start_anchor(
@@ -98,13 +117,14 @@ def create(ctx: Context) -> int:
     return 0
 
 
-def _ask(store: Store, state: ContainerState, message: dict[str, object]) -> dict[str, Any]:
+def _ask(store: Store, state: ContainerState, message: dict[str, object],
+         timeout: float = 30.0) -> dict[str, Any]:
     """The anchor's reply to message; InvalidState with its words if it refused."""
     # Loaded when an anchor is asked: deleting a container that ended (podman's way
     # after every run) asks none.
     from pyscrun.anchor import protocol
 
-    reply = protocol.request(store.socket_path(state.id), message)
+    reply = protocol.request(store.socket_path(state.id), message, timeout)
     if not reply.get("ok"):
         raise InvalidState(str(reply.get("error", "the anchor refused")))
     return reply
@@ -118,6 +138,17 @@ def load_for(ctx: Context, action: str, *statuses: str) -> tuple[Store, Containe
     if status not in statuses:
         raise InvalidState(f"cannot {action} a container that is {status}")
     return store, state
+
+
+def refuse_while_suspended(the_site: Site, state: ContainerState, action: str) -> None:
+    """JobSuspended if Slurm has suspended the container's job: its step's processes,
+    the node agents among them, are stopped until the job is resumed. An order would
+    wait for that, silently, and be carried out whenever it came; runc refuses such
+    orders to a paused container."""
+    from pyscrun import backends
+
+    if backends.get(state.backend).suspended(the_site, state.job_id):
+        raise JobSuspended(f"cannot {action} a container whose job {state.job_id} is suspended")
 
 
 def start(ctx: Context) -> int:
@@ -182,13 +213,15 @@ def resume(ctx: Context) -> int:
 def order_tasks(ctx: Context, op: str, **fields: object) -> dict[str, Any]:
     """pause, resume, update or ps: every task, or none (anchor/task_orders.py); the
     anchor's reply."""
-    from pyscrun.anchor.task_orders import RULES
+    from pyscrun.anchor.task_orders import CLIENT_WAIT, RULES
+    from pyscrun.conf import site
 
     store = ctx.store
     state = store.load(ctx.container_id)
     if state.effective_status() not in RULES[op].before:
         raise InvalidState(RULES[op].refusal)  # runc's words
-    return _ask(store, state, {"op": op, **fields})
+    refuse_while_suspended(site.load(ctx.slurm_conf), state, RULES[op].action)
+    return _ask(store, state, {"op": op, **fields}, CLIENT_WAIT)
 
 
 def _forward_signals(store: Store, state: ContainerState) -> list[int]:
@@ -217,7 +250,7 @@ def tasks_to_restore(job_options: dict[str, str], tasks: int) -> None:
     """The restored container needs as many tasks as were checkpointed: an SCRUN_NTASKS
     of another count would leave it waiting for tasks that never come."""
     given = job_options.get("SCRUN_NTASKS")
-    if given is not None and given.strip().isdigit() and int(given) != tasks:
+    if given is not None and only_digits(given.strip()) and int(given) != tasks:
         raise UsageError(f"the checkpoint holds {tasks} task(s): restore it without "
                          f"SCRUN_NTASKS={given}, or with SCRUN_NTASKS={tasks}")
     if tasks > 1:

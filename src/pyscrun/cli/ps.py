@@ -8,6 +8,7 @@ import json
 import subprocess
 
 from pyscrun.cli.main import Context
+from pyscrun.digits import only_digits
 from pyscrun.errors import ScrunError, UsageError
 from pyscrun.oci.state import STOPPED
 
@@ -43,6 +44,6 @@ def ps(ctx: Context) -> int:
     print(header)
     for line in lines:
         fields = line.split()
-        if len(fields) > column and fields[column].isdigit() and int(fields[column]) in pids:
+        if len(fields) > column and only_digits(fields[column]) and int(fields[column]) in pids:
             print(line)
     return 0

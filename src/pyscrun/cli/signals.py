@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import _signal  # type: ignore[import-not-found]  # no stub: the C module behind `signal`
 
+from pyscrun.digits import only_digits
 from pyscrun.errors import ScrunError
 
 
 def parse_signal(text: str | None) -> int:
     if not text:
         return int(_signal.SIGTERM)
-    if text.isdigit():
+    if only_digits(text):
         number = int(text)
         if number < int(_signal.NSIG):
             return number

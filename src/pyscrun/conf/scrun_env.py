@@ -11,6 +11,7 @@ to Slurm as separate argv entries, never through a shell.
 from __future__ import annotations
 
 from pyscrun import log
+from pyscrun.digits import only_digits
 from pyscrun.errors import UsageError
 
 # collections (2 ms) would load at every create: for type checkers only.
@@ -139,7 +140,7 @@ def flag_is_set(value: str) -> bool:
         return True
     digits = value.lstrip(_SPACE)
     digits = digits[1:] if digits[:1] in ("+", "-") else digits
-    return digits.isascii() and digits.isdigit() and digits.strip("0") != ""
+    return only_digits(digits) and digits.strip("0") != ""
 
 
 def job_options(environ: Mapping[str, str], config_env: Iterable[str]) -> dict[str, str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 from pyscrun.conf import keyvalue, ociconf, patterns
+from pyscrun.digits import only_digits
 from pyscrun.errors import ConfigError
 
 DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"
@@ -82,7 +83,7 @@ def _parse_pyscrun_conf(path: str) -> PyscrunConf:
             raise ConfigError(f"{path}:{line}: unknown directive {key!r}")
         if name.startswith("RunTime"):
             patterns.check(value, f"{path}:{line}")
-        if name == "MoveBeforeEnd" and value and not (value.isdigit() and 0 < int(value) <= MAX_WARNING):
+        if name == "MoveBeforeEnd" and value and not (only_digits(value) and 0 < int(value) <= MAX_WARNING):
             raise ConfigError(f"{path}:{line}: MoveBeforeEnd must be a number of seconds "
                               f"from 1 to {MAX_WARNING}, not {value!r}")
         if name == "AgentPortRange" and value:

@@ -7,6 +7,7 @@ import stat
 
 from pyscrun import jsonc
 from pyscrun.errors import BundleError
+from pyscrun.oci import shape
 
 # typing costs milliseconds at every start of the CLI: for type checkers only.
 TYPE_CHECKING = False
@@ -49,49 +50,17 @@ class Bundle:
         return dict(self.config.get("annotations") or {})
 
 
-def _expect(value: Any, kind: type | tuple[type, ...], where: str) -> None:
-    if not isinstance(value, kind):
-        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise BundleError(f"config.json: {where} must be {names}, not {type(value).__name__}")
-
-
 def _check(config: Any) -> None:
-    _expect(config, dict, "the document")
-    _expect(config.get("ociVersion", ""), str, "ociVersion")
+    shape.check(config)
     process = config.get("process")
     if process is None:
         raise BundleError("config.json: process is missing")
-    _expect(process, dict, "process")
-    args = process.get("args")
-    if not args:
+    if not process.get("args"):
         raise BundleError("config.json: process.args is missing or empty")
-    _expect(args, list, "process.args")
-    for arg in args:
-        _expect(arg, str, "each of process.args")
-    env = process.get("env", [])
-    _expect(env, list, "process.env")
-    for entry in env:
-        _expect(entry, str, "each of process.env")
-    _expect(process.get("terminal", False), bool, "process.terminal")
-    _expect(process.get("cwd", "/"), str, "process.cwd")
-    size = process.get("consoleSize")
-    if size is not None:
-        _expect(size, dict, "process.consoleSize")
-        for side in ("height", "width"):
-            value = size.get(side, 0)
-            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 1 << 16:
-                raise BundleError(f"config.json: process.consoleSize.{side} must be an "
-                                  "integer from 0 to 65535")
-    root = config.get("root", {"path": "rootfs"})
-    _expect(root, dict, "root")
-    _expect(root.get("path", "rootfs"), str, "root.path")
-    annotations = config.get("annotations", {})
-    _expect(annotations, dict, "annotations")
-    for key, value in annotations.items():
-        _expect(value, str, f"annotation {key!r}")
-    for optional, kind in (("mounts", list), ("hooks", dict), ("linux", dict)):
-        if optional in config:
-            _expect(config[optional], kind, optional)
+    # Where a null passes runc's decoder as absent, the rootfs would still be read from it.
+    root = config.get("root", {})
+    if root is None or ("path" in root and root["path"] is None):
+        raise BundleError("config.json: root and root.path cannot be null")
 
 
 def is_bind(mount: object) -> bool:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import stat
 
+from pyscrun.digits import only_digits
 from pyscrun.errors import BundleError
 
 TYPE_CHECKING = False
@@ -56,7 +57,7 @@ def _check_version(version: str) -> None:
     major, _, rest = version.partition(".")
     minor, _, patch = rest.partition(".")
     patch = patch.partition("-")[0].partition("+")[0]
-    if not (major == "1" and minor.isdigit() and patch.isdigit()):
+    if not (major == "1" and only_digits(minor) and only_digits(patch)):
         raise BundleError(f"config.json: ociVersion {version!r} is not a 1.x.y version")
 
 

@@ -17,6 +17,7 @@ import struct
 import sys
 from typing import NoReturn
 
+from pyscrun.digits import only_digits
 from pyscrun.errors import UsageError
 from pyscrun.threads import Thread
 
@@ -40,7 +41,7 @@ def checkpoint_signal(environ: dict[str, str]) -> int | None:
         return int(DEFAULT_CHECKPOINT_SIGNAL)
     if text.lower() == "none":
         return None
-    if text.isdigit():
+    if only_digits(text):
         number = int(text)
     else:
         name = text.upper()

@@ -21,6 +21,7 @@ from pyscrun import identity, linux, log, messages, poller, sockets
 from pyscrun.anchor.control import Connection, ControlSocket
 from pyscrun.channel import frames, peer, tcp
 from pyscrun.conf import site
+from pyscrun.digits import only_digits
 from pyscrun.errors import BackendError, CheckpointError, UsageError
 from pyscrun.node import python_command
 from pyscrun.srun_cr import criu, images, registry, signals
@@ -64,7 +65,7 @@ class Plan:
         self.checkpoint: images.Checkpoint | None = None
         if restart is not None:
             self.checkpoint = images.Checkpoint.load(restart)
-            if line.ntasks is not None and line.ntasks.strip().isdigit():
+            if line.ntasks is not None and only_digits(line.ntasks.strip()):
                 self.checkpoint.check_tasks(int(line.ntasks))
             if line.ntasks is None:
                 self.options.append(f"--ntasks={self.checkpoint.tasks}")
