@@ -24,6 +24,7 @@ from tests.integration.harness import (
     hangs_and_failures,
     make_bundle,
     podman,
+    podman_ok,
     processes_mentioning,
     slurm,
     wait_for,
@@ -183,6 +184,36 @@ def test_existing_job_is_used_and_not_ended(users_slurm_runtime: Runtime) -> Non
         assert done.stdout.decode().split() == [job_id.group(1)]
         assert _job_record(conf, job_id.group(1))["JobState"] == "RUNNING"
     finally:
+        slurm(conf, "scancel", job_id.group(1))
+
+
+def test_exec_reaches_its_own_container_among_two_in_one_job(
+        users_slurm_runtime: Runtime) -> None:
+    """Two containers in the user's own job are two steps on the same node (each taking
+    only its own CPU: SCRUN_EXACT, else the second waits for the first): each exec runs
+    in the container it names."""
+    runtime = users_slurm_runtime
+    conf = runtime.slurm_conf.resolve()
+    alloc = runtime.account.run(["salloc", "--no-shell", "--job-name=given", "--ntasks=2"],
+                                env={"SLURM_CONF": str(conf)})
+    job_id = re.search(r"Granted job allocation (\d+)", alloc.stderr.decode())
+    assert job_id, alloc.stderr
+    names = []
+    try:
+        for who in ("first", "second"):
+            name = podman_ok(runtime, "run", "-d", "-e", f"SLURM_JOB_ID={job_id.group(1)}",
+                             "-e", "SCRUN_EXACT=1", IMAGE, "sh", "-c",
+                             f"echo {who} > /tmp/who; sleep 1000")
+            names.append(name)
+            deadline = time.monotonic() + 60
+            while (done := podman(runtime, "exec", name, "test", "-s", "/tmp/who")).returncode:
+                assert time.monotonic() < deadline, (who, done.stderr.decode())
+                time.sleep(0.5)
+        for who, name in zip(("first", "second"), names, strict=True):
+            assert podman_ok(runtime, "exec", name, "cat", "/tmp/who") == who
+    finally:
+        for name in names:
+            podman(runtime, "rm", "-f", "-t", "0", name)
         slurm(conf, "scancel", job_id.group(1))
 
 

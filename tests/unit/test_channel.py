@@ -492,3 +492,20 @@ def test_an_anchor_is_dialed_by_address_or_by_name(host: str) -> None:
         accepted.close()
     finally:
         server.close()
+
+
+def test_both_ends_of_a_connection_probe_a_silent_peer() -> None:
+    """A crashed login host or node sends no FIN: the kernel's keepalive probes are what
+    end such a connection (in about two minutes, tcp.KEEPALIVE), on the dialing side and
+    on the side that accepted it."""
+    server = tcp.listen(None, loopback_only=True)
+    dialed = tcp.dial("127.0.0.1", tcp.port_of(server), 5)
+    accepted = socket.socket(fileno=server._accept()[0])
+    try:
+        for conn in (dialed, accepted):
+            assert conn.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+            for option, value in tcp.KEEPALIVE:
+                assert conn.getsockopt(socket.IPPROTO_TCP, option) == value
+    finally:
+        for conn in (dialed, accepted, server):
+            conn.close()

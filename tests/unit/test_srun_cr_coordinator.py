@@ -108,6 +108,24 @@ def test_task_ending_during_checkpoint_fails_it(tmp_path: Path) -> None:
     assert "have ended" in later.got[0]["error"]
 
 
+def test_a_task_that_ends_once_it_has_dumped_is_still_in_the_checkpoint(tmp_path: Path) -> None:
+    """Its images were taken with the others': a restart runs every task, not the ones
+    still running when the last dump came in."""
+    coordinator, peers = _step(tmp_path)
+    client = Peer()
+    coordinator.request(Request(str(tmp_path / "ck"), False, client))
+    directory = peers[0].got[-1]["dir"]
+    os.mkdir(images.task_dir(directory, 0))
+    coordinator.message(0, {"op": "dumped", "ok": True})
+    coordinator.gone(0)  # its program exits right after its dump
+    for rank in (1, 2):
+        os.mkdir(images.task_dir(directory, rank))
+        coordinator.message(rank, {"op": "dumped", "ok": True})
+    assert client.got == [{"ok": True, "step": "7.0", "dir": str(tmp_path / "ck")}]
+    checkpoint = images.Checkpoint.load(str(tmp_path / "ck"))
+    assert checkpoint.tasks == 3 and checkpoint.nodes == ["n1", "n2", "n3"]
+
+
 def test_request_waits_for_tasks_to_report_then_times_out(tmp_path: Path) -> None:
     coordinator = Coordinator(["x"], str(tmp_path), {})
     client = Peer()

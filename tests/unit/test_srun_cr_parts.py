@@ -6,6 +6,8 @@ import os
 import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,6 +27,10 @@ def test_decide_relays_what_srun_did_not_get_itself() -> None:
     assert signals.decide(signal.SIGINT, signals.SI_KERNEL, 0, signal.SIGUSR2) == "ignore"
     assert signals.decide(signal.SIGTSTP, signals.SI_KERNEL, 0, signal.SIGUSR2) == "stop"
     assert signals.decide(signal.SIGPIPE, 0, me, signal.SIGUSR2) == "ignore"
+    # A hangup of the terminal reaches the session's leader alone: srun got none.
+    assert signals.decide(signal.SIGHUP, signals.SI_KERNEL, 0, signal.SIGUSR2) == "ignore"
+    assert signals.decide(signal.SIGHUP, signals.SI_KERNEL, 0, signal.SIGUSR2,
+                          session_leader=True) == "forward"
 
 
 def test_catchable_leaves_out_what_cannot_or_must_not_be_relayed() -> None:
@@ -47,7 +53,8 @@ def test_checkpoint_signal_must_be_catchable(text: str) -> None:
         signals.checkpoint_signal({"SRUN_CR_SIGNAL": text})
 
 
-@pytest.mark.parametrize(("status_code", "expected"), [("exit 7", 7), ("kill -TERM $$", -15)])
+@pytest.mark.parametrize(("status_code", "expected"), [("exit 7", 7), ("kill -TERM $$", -15),
+                                                       ("kill -KILL $$", -9)])
 def test_exit_like_mimics_code_and_signal(status_code: str, expected: int) -> None:
     code = (f"import os, sys; sys.path[:0] = {sys.path!r}\n"
             "from pyscrun.srun_cr import signals\n"
@@ -183,3 +190,43 @@ def test_plan_for_a_restart_takes_task_count_and_command_from_the_checkpoint(tmp
         Plan(srunopts.parse(["--restart", str(ck), "-n3"]), {})
     with pytest.raises(UsageError, match="multi-prog"):
         Plan(srunopts.parse(["--multi-prog", "conf"]), {})
+
+
+class _StoppedTask:
+    """A task a checkpoint with --stop left stopped: a real process, SIGSTOPped."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen(["sleep", "60"])
+        os.kill(self.process.pid, signal.SIGSTOP)
+        self.pid = self.process.pid
+
+    def members(self) -> list[int]:
+        return [self.pid]
+
+    def state(self) -> str:
+        with open(f"/proc/{self.pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0]
+
+
+def _await_state(task: _StoppedTask, wanted: Callable[[str], bool]) -> None:
+    deadline = time.monotonic() + 5
+    while not wanted(task.state()):
+        assert time.monotonic() < deadline, f"the task stayed {task.state()}"
+        time.sleep(0.01)
+
+
+def test_a_launcher_that_loses_srun_cr_while_its_task_waits_stopped_lets_it_go_on() -> None:
+    """No kill or resume will come: stopped, the task would not even take the SIGTERM
+    srun relays when srun_cr dies."""
+    task = _StoppedTask()
+    try:
+        one = launcher.Launcher(launcher.Identity("7", "0", 0, 1, "n1"), {}, {})
+        one.task = task  # type: ignore[assignment]
+        one.awaits_finish = True
+        _await_state(task, lambda state: state == "T")
+        one._lost()
+        _await_state(task, lambda state: state != "T")
+        assert not one.awaits_finish
+    finally:
+        task.process.kill()
+        task.process.wait()

@@ -24,6 +24,22 @@ def parse_port_range(text: str, where: str) -> tuple[int, int]:
     return first, last
 
 
+# A peer whose machine crashed, or that a network cut took away, sends no FIN: without
+# probes its connection would look alive for as long as nothing is sent on it (an agent
+# only reads its anchor's). Probed after this idle time, every interval, and given up
+# after that many unanswered probes: about two minutes. The kernel answers the probes
+# of a process Slurm stopped (a suspended job): that connection stays.
+KEEPALIVE = ((_socket.TCP_KEEPIDLE, 60), (_socket.TCP_KEEPINTVL, 10), (_socket.TCP_KEEPCNT, 6))
+
+
+def _keep_alive(conn: _socket.socket) -> None:
+    """Probe the peer while the connection is idle; accepted connections inherit it
+    from their listener."""
+    conn.setsockopt(_socket.SOL_SOCKET, _socket.SO_KEEPALIVE, 1)
+    for option, value in KEEPALIVE:
+        conn.setsockopt(_socket.IPPROTO_TCP, option, value)
+
+
 def _bound(port: int, loopback_only: bool) -> _socket.socket:
     # The C socket type alone, as the node agent's dialing side: connections are
     # accepted through pyscrun.sockets.
@@ -67,6 +83,7 @@ def listen(port_range: tuple[int, int] | None, loopback_only: bool = False) -> _
             if err.errno == errno.EADDRINUSE:
                 continue
             raise ChannelError(f"cannot listen on port {port}: {err.strerror}") from None
+        _keep_alive(server)
         server.listen(BACKLOG)
         return server
     assert port_range is not None
@@ -105,6 +122,7 @@ def dial(host: str, port: int, timeout: float) -> _socket.socket:
             failure = err
             continue
         conn.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
+        _keep_alive(conn)
         return conn
     why = (failure.strerror or str(failure)) if failure is not None else "no address"
     raise ChannelError(f"cannot reach {host} port {port}: {why}")

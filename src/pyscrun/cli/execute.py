@@ -74,6 +74,7 @@ def execute(ctx: Context) -> int:
     refuse_while_suspended(the_site, state, "exec in")
     argv, env = backends.get(state.backend).exec_command(
         the_site, state.job_id, {"PYSCRUN_EXEC_JOB": state.job_id, "PYSCRUN_EXEC_TASK": "0",
+                                 "PYSCRUN_EXEC_CONTAINER": state.id,
                                  "PYSCRUN_EXEC_PROCESS": json.dumps(process)}, terminal)
     console = ctx.option("console_socket")
     size = process.get("consoleSize")

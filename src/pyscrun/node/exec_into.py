@@ -4,6 +4,7 @@ child). It runs the runtime's own exec in the foreground, with the stdio it was 
 and exits with the process's status.
 
     PYSCRUN_EXEC_JOB      the container's job
+    PYSCRUN_EXEC_CONTAINER  the container's id (a job may hold several, as steps)
     PYSCRUN_EXEC_TASK     its task (0)
     PYSCRUN_EXEC_PROCESS  the OCI process (JSON), as `runc exec --process` reads it
     PYSCRUN_EXEC_SLURM_CONF  (local backend) the caller's slurm.conf, beside which the
@@ -17,6 +18,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from pyscrun import log
 from pyscrun.conf import patterns, site
@@ -31,16 +33,25 @@ FAILED = 255
 RUNNING_WAIT = 60.0
 
 
-def task_record(container_path: Path, job: str, task: str) -> Path:
-    """The exec record of the task's container on this node (its agent writes it as
-    it prepares the task: right after `run -d`, it may still be on its way)."""
+def task_record(container_path: Path, job: str, container: str, task: str,
+                ) -> tuple[Path, dict[str, Any]]:
+    """The exec record of the container's task on this node, and where it is (its
+    agent writes it as it prepares the task: right after `run -d`, it may still be on
+    its way). Each step of the job has a directory of its own: another container's,
+    or one a step left (DisableCleanup), is not this one's."""
     deadline = time.monotonic() + RUNNING_WAIT
-    while not (found := sorted(container_path.glob(f"oci-job{job}-*/task-{task}/{EXEC_RECORD}"))):
+    while True:
+        for path in sorted(container_path.glob(f"oci-job{job}-*/task-{task}/{EXEC_RECORD}")):
+            try:
+                record = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue  # going, or not whole yet
+            if isinstance(record, dict) and record.get("container") == container:
+                return path, record
         if time.monotonic() > deadline:
-            raise ScrunError(f"task {task} of job {job} runs no container on "
-                             f"{os.uname().nodename}")
+            raise ScrunError(f"task {task} of container {container} (job {job}) runs no "
+                             f"container on {os.uname().nodename}")
         time.sleep(0.05)
-    return found[0]
 
 
 def _await_running(commands: RuntimeCommands) -> None:
@@ -75,8 +86,9 @@ def run(env: dict[str, str]) -> int:
     the_site = site.load(env.get("PYSCRUN_EXEC_SLURM_CONF") or env.get("SLURM_CONF")
                          or site.DEFAULT_SLURM_CONF)
     base = Path(container_path(the_site.oci, env["PYSCRUN_EXEC_JOB"], node_name(env)))
-    record = task_record(base, env["PYSCRUN_EXEC_JOB"], env.get("PYSCRUN_EXEC_TASK", "0"))
-    recorded = json.loads(record.read_text())
+    record, recorded = task_record(base, env["PYSCRUN_EXEC_JOB"],
+                                   env.get("PYSCRUN_EXEC_CONTAINER", ""),
+                                   env.get("PYSCRUN_EXEC_TASK", "0"))
     _join_namespaces(int(recorded["agent"]))
     values = patterns.PatternValues(**recorded["patterns"])
     process_file = record.parent / f"exec-{os.getpid()}.json"

@@ -139,7 +139,10 @@ class ContainerModes(AgentOrders):
         # runtime's state says running while CRIU still holds the tasks; its pid file
         # comes once CRIU let them go (a kill before that left `runc restore` hung and
         # its criu-root mount behind, blocking the container's delete).
-        while self.process.poll() is None:
+        while True:
+            exited = self.process.poll() is not None
+            # Read after the poll: a pid file written just before the runtime's exit (a
+            # container that ended at once) still says the restore worked.
             pid = processes.pid_in(pid_file)
             if pid:
                 self.running_reported = True
@@ -148,9 +151,9 @@ class ContainerModes(AgentOrders):
                 # would take the node's memory (/run) while the container runs.
                 images.discard_local(self.task_dir)
                 break
+            if exited:
+                raise RuntimeCommandError(f"RunTimeRestore exited {self.process.returncode}")
             time.sleep(0.02)
-        else:
-            raise RuntimeCommandError(f"RunTimeRestore exited {self.process.returncode}")
         return self._wait_runtime()
 
     def create_start_mode(self, commands: RuntimeCommands) -> int:

@@ -77,6 +77,10 @@ class AgentOrders:
                     self._carry_out(message)
             except ValueError as err:
                 log.current.error(f"ignored an order from the anchor: {err}")
+            except (ScrunError, OSError) as err:
+                # A command or a call that failed (a full disk, no process left to
+                # spawn) fails the order, not the container the agent keeps.
+                log.current.error(f"an order from the anchor failed: {err}")
 
     def _checkpoint(self, order: dict[str, Any]) -> None:
         """Dump the task's container. One the checkpoint stops (freeze) is paused first
@@ -125,7 +129,7 @@ class AgentOrders:
             self.commands.run_checked(directive, args)
             if op != "update":
                 self.paused = op == "pause"
-        except ScrunError as err:
+        except (ScrunError, OSError) as err:
             error = str(err)
         self._send({"event": "ordered", "order": op, "error": error})
 
@@ -144,7 +148,7 @@ class AgentOrders:
                 figures = None
             if not isinstance(figures, dict):
                 raise RuntimeCommandError(f"RunTimeStats printed no figures: {printed[:200]!r}")
-        except ScrunError as err:
+        except (ScrunError, OSError) as err:
             error = str(err)
         self._send({"event": "ordered", "order": "stats", "error": error, "stats": figures})
 

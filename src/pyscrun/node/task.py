@@ -183,6 +183,7 @@ class Task:
         # What `scrun exec` needs to find this task's container (node/exec_into.py):
         # the runtime's patterns, and a process in the user namespace it runs in.
         files[EXEC_RECORD] = jsonc.dumps({
+            "container": ident.container_id,
             "patterns": {name: getattr(values, name) for name in values.__slots__},
             "agent": os.getpid()}).encode()
         runtime_env = {k: v for k, v in self.env.items() if not k.startswith("PYSCRUN_AGENT_")}

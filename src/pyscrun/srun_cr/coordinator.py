@@ -48,6 +48,9 @@ class Round:
     request: Request
     staging: images.Staging
     waiting: set[int]
+    # Each task's node when the round began: a task that ends once it has dumped is
+    # still in the checkpoint.
+    nodes: dict[int, str]
     errors: dict[int, str] = field(default_factory=dict)
 
 
@@ -155,7 +158,8 @@ class Coordinator:
         except CheckpointError as err:
             self._answer(request, error=str(err))
             return
-        self.round = Round(request, staging, set(self.launchers))
+        self.round = Round(request, staging, set(self.launchers),
+                           {rank: launcher.node for rank, launcher in self.launchers.items()})
         log.current.verbose(f"step {self.name}: checkpoint into {staging.final} started")
         order = {"op": "dump", "dir": staging.path, "stop": request.stop}
         for launcher in list(self.launchers.values()):
@@ -180,7 +184,7 @@ class Coordinator:
         request = current.request
         if not current.errors:
             assert self.job is not None and self.step is not None
-            nodes = [self.launchers[r].node for r in sorted(self.launchers)]
+            nodes = [current.nodes[rank] for rank in sorted(current.nodes)]
             try:
                 current.staging.commit(images.make_manifest(
                     self.job, self.step, nodes, self.command, self.cwd, request.stop))

@@ -151,6 +151,8 @@ class Launcher:
         self.options = options
         self.conn: peer.Peer | None = None
         self.stopped_by_checkpoint = False
+        # Dumped with --stop, the task waits stopped for srun_cr's word: kill or resume.
+        self.awaits_finish = False
         self.task: Task | None = None
 
     def connect(self, port: str) -> None:
@@ -173,6 +175,12 @@ class Launcher:
         if self.conn is not None:
             self.conn.close()
             self.conn = None
+        if self.awaits_finish:
+            # No word will come: stopped, the task would not even take the SIGTERM srun
+            # relays when srun_cr dies. It goes on, as after a failed checkpoint.
+            log.current.error(f"task {self.identity.rank}: srun_cr went away while the task "
+                              "waited stopped for the end of a checkpoint: it goes on")
+            self._resume()
 
     def hello(self, restored: str | None) -> None:
         assert self.task is not None
@@ -230,19 +238,26 @@ class Launcher:
             try:
                 seconds = self.task.dump(_criu(self.options, self.environ), str(message["dir"]),
                                          self.identity, bool(message.get("stop")))
+                self.awaits_finish = bool(message.get("stop"))
                 self.send({"op": "dumped", "ok": True, "seconds": round(seconds, 3)})
             except ScrunError as err:
                 self.send({"op": "dumped", "ok": False, "error": str(err)})
         elif op == "finish":
+            self.awaits_finish = False
             if message.get("action") == "kill":
                 self.stopped_by_checkpoint = True
                 os.kill(self.task.pid, signal.SIGKILL)
             elif message.get("action") == "resume":
-                for pid in self.task.members():
-                    try:
-                        os.kill(pid, signal.SIGCONT)
-                    except OSError:
-                        pass
+                self._resume()
+
+    def _resume(self) -> None:
+        assert self.task is not None
+        self.awaits_finish = False
+        for pid in self.task.members():
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except OSError:
+                pass
 
 
 _LAUNCHER_OPTIONS = ("--port", "--restart", "--criu")

@@ -82,14 +82,18 @@ class Relay:
         return records
 
 
-def decide(signo: int, code: int, sender: int, checkpoint: int | None) -> str:
+def decide(signo: int, code: int, sender: int, checkpoint: int | None,
+           session_leader: bool = False) -> str:
     """What srun_cr does with a signal: 'checkpoint', 'forward', 'stop' (a terminal's
-    job-control stop: stop as srun does) or 'ignore'."""
+    job-control stop: stop as srun does) or 'ignore'. session_leader: srun_cr leads its
+    session (`ssh -t host srun_cr ...`), so a hangup of its terminal reaches it alone."""
     if sender == os.getpid() and code != SI_KERNEL:
         return "ignore"  # our own, e.g. SIGPIPE from a write to a closed stderr
     if checkpoint is not None and signo == checkpoint:
         return "checkpoint"
     if code == SI_KERNEL:
+        if signo == signal.SIGHUP and session_leader:
+            return "forward"
         return "stop" if signo in _JOB_CONTROL else "ignore"
     return "forward"
 
@@ -110,8 +114,9 @@ def exit_like(status: int) -> NoReturn:
         signum = os.WTERMSIG(status)
         try:
             resource.setrlimit(resource.RLIMIT_CORE, (0, resource.getrlimit(resource.RLIMIT_CORE)[1]))
-            signal.signal(signum, signal.SIG_DFL)
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, [signum])
+            if signum != signal.SIGKILL:  # whose action cannot be set, nor blocked
+                signal.signal(signum, signal.SIG_DFL)
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, [signum])
             signal.raise_signal(signum)
         except (OSError, ValueError):
             pass

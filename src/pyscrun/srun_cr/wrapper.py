@@ -299,7 +299,8 @@ class Wrapper:
 
     def _signals(self, relay: signals.Relay) -> None:
         for signo, code, sender in relay.read():
-            action = signals.decide(signo, code, sender, self.checkpoint_signal)
+            action = signals.decide(signo, code, sender, self.checkpoint_signal,
+                                    os.getsid(0) == os.getpid())
             log.current.debug(f"signal {signo} (code {code}, from {sender}): {action}")
             if action == "forward":
                 try:
