@@ -94,6 +94,7 @@ CHANNELS: dict[str, dict[str, dict[str, Field]]] = {
         "event checkpointed": {"error": ERROR, "frozen": Field(bool, NONE)},
         # the job's warning of its end reached the agent's task
         "event job-ending": {},
+        "event stdin-taken": {"bytes": Field(int, required=True, low=1, high=1 << 40)},
         "event ordered": {"order": Field(str, required=True,
                                          choices=("pause", "resume", "update", "ps", "stats")),
                           "error": ERROR, "pids": Field(list, NONE),

@@ -43,8 +43,16 @@ def walk(root: str, descend: Callable[[str], bool] | None = None) -> dict[str, t
     return entries
 
 
+# How long settle waits at most: a few ticks of the coarse clock. A change time further
+# ahead was stamped by another machine's clock (a file server's, ahead of this one's),
+# which moves on by itself; waiting for this one to catch up would only stall.
+SETTLE_AT_MOST = 0.05
+
+
 def settle(entries: dict[str, tuple[int, int, int]]) -> None:
-    """Return once the file clock has passed every change time in entries."""
+    """Return once the file clock has passed every change time in entries (or waited
+    SETTLE_AT_MOST)."""
     latest = max(key[1] for key in entries.values())
-    while time.clock_gettime_ns(_FILE_CLOCK) <= latest:
+    deadline = time.monotonic() + SETTLE_AT_MOST
+    while time.clock_gettime_ns(_FILE_CLOCK) <= latest and time.monotonic() < deadline:
         time.sleep(0.001)

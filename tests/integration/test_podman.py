@@ -158,3 +158,32 @@ def test_preserved_fds_through_slurm_are_refused_in_one_line(users_slurm_runtime
     assert done.returncode != 0
     said = [line for line in done.stderr.decode().splitlines() if "preserve-fds" in line]
     assert said and "cannot reach a container on another machine" in said[0], done.stderr
+
+
+def test_stdin_the_container_does_not_read_holds_back_no_stop(
+        users_slurm_runtime: Runtime, tmp_path: Path) -> None:
+    """4 MiB waiting on stdin for a container that never reads it: podman stop's SIGTERM
+    still reaches it at once (stdin and the anchor's orders share one connection), and
+    it ends with its own status, not Slurm's SIGKILL."""
+    runtime = users_slurm_runtime
+    unread = tmp_path / "unread"
+    unread.write_bytes(b"x" * (4 << 20))
+    name = f"t{uuid.uuid4().hex[:10]}"
+    with unread.open("rb") as stdin:
+        run = subprocess.Popen(
+            runtime.account.command(["podman", "--runtime", str(runtime.wrapper), "run", "-i",
+                                     "--name", name, IMAGE, "sh", "-c",
+                                     "trap 'exit 7' TERM; sleep 600 & wait"]),
+            stdin=stdin, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: podman(runtime, "inspect", "--format", "{{.State.Status}}", name
+                                ).stdout.strip() == b"running", 60, "the container to run")
+        time.sleep(2)  # the stdin the container does not read piles up before it
+        stopped = podman(runtime, "stop", "-t", "20", name)
+        assert stopped.returncode == 0, stopped.stderr
+        assert run.wait(60) == 7, run.stderr.read() if run.stderr else b""
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+        podman(runtime, "rm", "-f", "-t", "0", name)

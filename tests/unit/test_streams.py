@@ -13,7 +13,7 @@ import time
 from pyscrun import sockets
 from pyscrun.anchor.stdio import Sink, stream_into
 from pyscrun.channel import frames, peer, streams, tcp
-from pyscrun.node.stdio import ContainerStdio
+from pyscrun.node.stdio import TAKEN_STEP, ContainerStdio
 
 SECRET = b"s" * 32
 
@@ -152,3 +152,30 @@ def test_tasks_sharing_a_full_pipe_wait_for_the_caller_and_lose_nothing() -> Non
     lines = _shared_pipe(parts, slow_for=1.0)
     assert len(lines) == 24000
     assert set(lines) == {line[0][:-1], line[1][:-1]}
+
+
+def test_the_agent_tells_the_anchor_all_the_stdin_the_container_took_or_could_not() -> None:
+    """What the anchor may send next hangs on it (frames.STDIN_WINDOW): every byte taken
+    is told, in steps while more waits, at once when none does, dropped ones too (the
+    container closed its stdin)."""
+    ends = [socket.socketpair() for _ in range(2)]
+    stdio = ContainerStdio(with_stdin=True, outputs={frames.STDOUT: ends[0][0],
+                                                     frames.STDERR: ends[1][0]})
+    stdio.on_stdin(b"typed\n")
+    assert stdio.taken_to_tell() == 6 and stdio.taken_to_tell() == 0
+    told = 6
+    stdio.on_stdin(b"x" * (3 << 20))  # more than the pipe holds: most of it waits
+    assert stdio.stdin_data and stdio.taken_to_tell() == 0
+    read = 0
+    while read < 2 * TAKEN_STEP:  # the container reads: what waited goes on
+        read += len(os.read(stdio.stdin_r, 1 << 20))
+        stdio.write_stdin()
+    told += stdio.taken_to_tell()
+    assert told > 6
+    os.close(stdio.stdin_r)  # the container closed its stdin: what waits has nowhere to go
+    stdio.write_stdin()
+    told += stdio.taken_to_tell()
+    assert told == 6 + (3 << 20)
+    for pair in ends:
+        for end in pair:
+            end.close()

@@ -31,6 +31,7 @@ class AgentLink:
         # Answers ("ordered") still to come to orders no longer waited for: an undo, or
         # an order it had not answered in time. Each order is answered once, in turn.
         self.stale_answers = 0
+        self.stdin_unheard = 0  # stdin sent that it has not said it took (task 0's)
 
     def send(self, message: dict[str, Any]) -> bool:
         return self.peer.send(frames.message(message))

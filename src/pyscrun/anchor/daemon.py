@@ -279,7 +279,8 @@ class Anchor(Moving):
         watch(self.selector, self.stdio.wake_fd, poller.READ, "streams")
         taker = self.agents.stdin_taker()
         take = (self.stdio.stdin_fd >= 0 and taker is not None
-                and taker.peer.pending < HIGH_WATER)
+                and taker.peer.pending < HIGH_WATER
+                and taker.stdin_unheard < frames.STDIN_WINDOW)
         if self.stdio.stdin_fd >= 0:
             watch(self.selector, self.stdio.stdin_fd, poller.READ if take else 0, "stdin")
 
@@ -330,6 +331,7 @@ class Anchor(Moving):
         if data is None or taker is None:
             return
         taker.peer.send(frames.frame(frames.STDIN, data))
+        taker.stdin_unheard += len(data)
         if not data:
             watch(self.selector, self.stdio.stdin_fd, 0, "stdin")
             self.stdio.close_stdin()

@@ -140,6 +140,8 @@ class Orders:
             self._give_waiting_orders()
         elif event == "job-ending":
             self._job_ending()
+        elif event == "stdin-taken":
+            agent.stdin_unheard = max(0, agent.stdin_unheard - message["bytes"])
         elif event == "ordered":
             if agent.stale_answers:
                 agent.stale_answers -= 1

@@ -25,6 +25,10 @@ FILE = ord("f")
 KINDS = frozenset((*STREAMS, MESSAGE, CHALLENGE, RESPONSE, FILE))
 # Stream data is sent in pieces of at most this much; a bigger frame is refused.
 MAX_DATA = 1 << 18
+# Bytes of stdin the anchor sends beyond what task 0's agent said it took (its
+# `stdin-taken` events): stdin shares the control connection with the anchor's orders,
+# so the agent must read it whatever the container does; this bounds what it holds.
+STDIN_WINDOW = 1 << 20
 MAX_MESSAGE = 1 << 20
 
 

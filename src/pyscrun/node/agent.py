@@ -113,10 +113,14 @@ class Agent(ContainerModes):
         self._handle(self.control.receive() if self.control.early else [])
 
     def _rearm(self) -> None:
-        """Watch the anchor's connection for what can be done now: reading unless the
-        container's stdin is full, writing while frames wait to be sent."""
+        """Tell the anchor what the container took of its stdin, and watch the anchor's
+        connection for what can be done now: reading unless more stdin came than the
+        window lets, writing while frames wait to be sent."""
         if self.control is None:
             return
+        taken = self.stdio.taken_to_tell() if self.stdio is not None else 0
+        if taken:
+            self._send({"event": "stdin-taken", "bytes": taken})
         events = 0 if self.stdio is not None and self.stdio.stdin_full() else poller.READ
         if self.control.pending:
             events |= poller.WRITE

@@ -9,10 +9,12 @@ inherits the runtime's stdio) is given pipes, as the container must see pipes (a
 cannot be opened as /dev/stdout): a thread per stream splices each into its connection
 and does nothing else, so the agent's own loop is not woken for every write of the
 container.
-Task 0's stdin comes the other way as frames on the control connection. When the anchor
-cannot keep up, a stream's socket fills, the runtime or the pump waits and so does the
-container, as it would for a slow reader of its own stdout: nothing is dropped and
-memory stays bounded.
+Task 0's stdin comes the other way as frames on the control connection, which the agent
+reads whatever the container does (the anchor's orders come the same way): it tells the
+anchor what the container took, and the anchor sends no more than frames.STDIN_WINDOW
+beyond that. When the anchor cannot keep up with the output, a stream's socket fills,
+the runtime or the pump waits and so does the container, as it would for a slow reader
+of its own stdout: nothing is dropped and memory stays bounded.
 """
 
 from __future__ import annotations
@@ -26,8 +28,12 @@ from pyscrun.channel import frames, streams
 from pyscrun.node import labels
 from pyscrun.watch import drain, watch, widen_pipe
 
-# Bytes of stdin waiting for the container beyond which the agent stops taking more.
-HIGH_WATER = 1 << 20
+# Bytes of stdin waiting for the container beyond which the agent stops reading its
+# connection: only an anchor that ignored the window gets there.
+HIGH_WATER = 2 * frames.STDIN_WINDOW
+# How much of the stdin taken (written into the container's pipe, or dropped once it had
+# no reader) is told to the anchor at once; all of it once none waits.
+TAKEN_STEP = frames.STDIN_WINDOW // 4
 
 
 class ContainerStdio:
@@ -49,6 +55,7 @@ class ContainerStdio:
             os.set_blocking(self.stdin_w, False)
         self.stdin_data = bytearray()
         self.stdin_ended = False
+        self.stdin_taken = 0  # bytes taken since the anchor was last told
         self.selector: poller.Poller | None = None
 
     def child_ends(self, runtime_copies: bool) -> tuple[int, int, int]:
@@ -99,7 +106,9 @@ class ContainerStdio:
         if self.stdin_w < 0:
             return
         stdin_w = self.stdin_w
+        waiting = len(self.stdin_data)
         drain(self.stdin_data, lambda data: os.write(stdin_w, data))
+        self.stdin_taken += waiting - len(self.stdin_data)
         if self.selector is not None:
             watch(self.selector, self.stdin_w, poller.WRITE if self.stdin_data else 0,
                   self.STDIN_KEY)
@@ -108,8 +117,15 @@ class ContainerStdio:
             self.stdin_w = -1
 
     def stdin_full(self) -> bool:
-        """Whether stdin from the anchor should wait (the container is not reading)."""
+        """Whether stdin from the anchor should wait (more came than the window lets)."""
         return len(self.stdin_data) >= HIGH_WATER
+
+    def taken_to_tell(self) -> int:
+        """Bytes of stdin taken to tell the anchor of now (0: none yet)."""
+        if self.stdin_taken >= TAKEN_STEP or (self.stdin_taken and not self.stdin_data):
+            taken, self.stdin_taken = self.stdin_taken, 0
+            return taken
+        return 0
 
     # -- the end -----------------------------------------------------------------------
     def finish(self, timeout: float) -> None:
