@@ -106,8 +106,9 @@ class Agent(threading.Thread):
                                     (task_work_dir(here, "0"), "dump.log")):
                 Path(directory).mkdir(parents=True)
                 Path(directory, name).write_text("dumped")
-            files.send_tree(link, task_image_dir(here["image_path"], "0"), "image")
-            files.send_tree(link, task_work_dir(here, "0"), "work")
+            files.send_all(link, files.tree_frames(task_image_dir(here["image_path"], "0"),
+                                                   "image"))
+            files.send_all(link, files.tree_frames(task_work_dir(here, "0"), "work"))
         except ChannelError as err:
             return str(err)
         finally:

@@ -254,7 +254,7 @@ def test_a_tree_arrives_whole_and_no_file_lands_outside_its_place(tmp_path: Path
 
     thread = threading.Thread(target=receive, daemon=True)
     thread.start()
-    assert files.send_tree(sender, str(source), "image", lambda name: name == "task-1") == 1
+    files.send_all(sender, files.tree_frames(str(source), "image", lambda name: name == "task-1"))
     sender.close()
     assert done.wait(10)
     assert sorted(p.name for p in target.iterdir()) == ["inventory.img"]
@@ -288,7 +288,7 @@ def test_a_link_on_a_files_way_is_never_followed(tmp_path: Path) -> None:
 
 
 def _rootfs_sent_as_tar(tmp_path: Path, cut: int | None = None) -> Path:
-    """A rootfs sent with send_tar into a receiver that unpacks it as it arrives
+    """A rootfs sent as tar_frames makes it into a receiver that unpacks it as it arrives
     (after cut bytes of it the sender is gone, if given); where it was unpacked."""
     source = tmp_path / "source"
     (source / "etc").mkdir(parents=True)
@@ -328,7 +328,7 @@ def _rootfs_sent_as_tar(tmp_path: Path, cut: int | None = None) -> Path:
     thread = threading.Thread(target=receive, daemon=True)
     thread.start()
     try:
-        files.send_tar(sender, str(source), "bundle", "rootfs.tar")
+        files.send_all(sender, files.tar_frames(str(source), "bundle", "rootfs.tar"))
     except ChannelError:
         assert cut is not None  # the receiver stopped taking it
     sender.close()

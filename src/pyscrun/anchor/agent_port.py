@@ -20,7 +20,7 @@ from pyscrun.watch import watch
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import _socket
-    from collections.abc import Callable
+    from collections.abc import Callable, Generator
     from typing import Any
 
 HELLO_TIMEOUT = 10.0
@@ -51,8 +51,10 @@ class AgentPort:
         self.listener.resume(now)
 
     def rearm(self) -> None:
-        """Connections are read, and written to while frames wait."""
+        """Connections are read, and written to while frames wait; the files on their
+        way to an agent are taken on as its connection takes them."""
         for link in (*self.strangers, *self.agents.connected):
+            link.pump()
             events = poller.READ
             if link.peer.pending:
                 events |= poller.WRITE
@@ -85,6 +87,7 @@ class AgentPort:
     def _drop(self, link: AgentLink) -> None:
         self.strangers.discard(link)
         watch(self.selector, link.peer.sock, 0, link)
+        link.stop_files()
         link.peer.close()
         if link.task is not None:
             self.agents.gone(link)
@@ -162,9 +165,11 @@ class AgentPort:
             link.peer.close()
 
 
-def send_images(link: AgentLink, restore: dict[str, Any] | None) -> None:
+def image_frames(link: AgentLink, restore: dict[str, Any] | None
+                 ) -> Generator[bytes, None, None]:
     """A restoring task's node does not see the image path: its images, over the
-    channel (task 0's are the top of the image path, without the other tasks')."""
+    channel (task 0's are the top of the image path, without the other tasks'), ending
+    with `images-sent`."""
     error = None
     try:
         if restore is None:
@@ -172,8 +177,8 @@ def send_images(link: AgentLink, restore: dict[str, Any] | None) -> None:
         task = link.task or "0"
         from pyscrun.channel import files  # a restore's images only
 
-        files.send_tree(link.peer, task_image_dir(str(restore["image_path"]), task), "image",
-                        other_task if task == "0" else None)
+        yield from files.tree_frames(task_image_dir(str(restore["image_path"]), task), "image",
+                                     other_task if task == "0" else None)
     except (ScrunError, OSError) as err:
         error = str(err)
-    link.send({"op": "images-sent", "error": error})
+    yield frames.message({"op": "images-sent", "error": error})

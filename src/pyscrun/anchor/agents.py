@@ -10,11 +10,18 @@ from pyscrun.channel.peer import Peer
 # typing costs milliseconds at every start of the CLI: for type checkers only.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Generator
     from typing import Any
 
     from pyscrun.anchor.checkpointing import CheckpointRound
     from pyscrun.anchor.control import Connection
     from pyscrun.channel.files import TreeReceiver
+
+
+# What a link's files may queue beyond what its connection took: with the kernel's own
+# buffer, enough to keep a node's connection busy between two turns of the anchor's
+# loop, and little enough for many nodes at once.
+PUMP_WATER = 1 << 20
 
 
 class AgentLink:
@@ -32,9 +39,33 @@ class AgentLink:
         # an order it had not answered in time. Each order is answered once, in turn.
         self.stale_answers = 0
         self.stdin_unheard = 0  # stdin sent that it has not said it took (task 0's)
+        # Frames of files it asked for (its bundle, a restore's images), made as its
+        # connection takes them.
+        self.outgoing: Generator[bytes, None, None] | None = None
 
     def send(self, message: dict[str, Any]) -> bool:
         return self.peer.send(frames.message(message))
+
+    def send_files(self, made: Generator[bytes, None, None]) -> None:
+        """Files to send as the connection takes them; ValueError if it is still being
+        sent others (one tree at a time is all an agent asks for)."""
+        if self.outgoing is not None:
+            made.close()
+            raise ValueError("files asked for while others are on their way")
+        self.outgoing = made
+
+    def pump(self) -> None:
+        """Queue the next frames of the files on their way, up to PUMP_WATER waiting."""
+        while self.outgoing is not None and self.peer.pending < PUMP_WATER:
+            chunk = next(self.outgoing, None)
+            if chunk is None or not self.peer.send(chunk):
+                self.stop_files()
+
+    def stop_files(self) -> None:
+        """No more of the files on their way (the link is gone, or they all went)."""
+        made, self.outgoing = self.outgoing, None
+        if made is not None:
+            made.close()
 
     def send_unawaited(self, message: dict[str, Any]) -> None:
         """An order (an undo) whose answer no one waits for."""

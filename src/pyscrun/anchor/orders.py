@@ -9,7 +9,7 @@ import _signal  # type: ignore[import-not-found]
 import time
 
 from pyscrun import log
-from pyscrun.anchor.agent_port import send_images
+from pyscrun.anchor.agent_port import image_frames
 from pyscrun.anchor.task_orders import ORDER_WAIT, RULES, TaskOrder
 from pyscrun.errors import InvalidState, ScrunError
 from pyscrun.oci.state import CREATED, PAUSED, RUNNING
@@ -103,7 +103,7 @@ class Orders:
 
     def _agent_event(self, agent: AgentLink, message: dict[str, Any]) -> None:
         if message.get("op") == "send-images":
-            send_images(agent, self.request.restore)
+            agent.send_files(image_frames(agent, self.request.restore))
             return
         if message.get("op") == "send-bundle":
             if self.ships_bundle:
@@ -112,7 +112,7 @@ class Orders:
 
                     self.shipment = Shipment(self.staging.bundle,
                                              self.store.spool_dir(self.state.id))
-                self.shipment.send(agent)
+                agent.send_files(self.shipment.frames_for(agent))
             else:
                 agent.send({"op": "bundle-sent", "error": "this container ships no bundle"})
             return

@@ -30,12 +30,16 @@ import os
 
 from pyscrun import log
 from pyscrun.anchor.agents import AgentLink
-from pyscrun.channel import files
+from pyscrun.channel import files, frames
 from pyscrun.errors import ChannelError, ScrunError
 from pyscrun.fs import remove_beneath, remove_tree
 from pyscrun.node.rootfs_changes import CHANGES_ARCHIVE, REMOVED_LIST
 from pyscrun.node.shipped import ROOTFS_ARCHIVE
 from pyscrun.oci.bundle import is_bind
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Generator
 
 MOUNTS = "mounts"
 MAX_MOUNTED_FILE = 1 << 20
@@ -51,11 +55,12 @@ class Shipment:
         self.back = os.path.join(self.dir, "back")  # where task 0's changes come back
         self.rootfs = ""  # the rootfs here, once built
 
-    def send(self, link: AgentLink) -> None:
-        """The bundle to link's node; task 0's link also gets where its container's
-        changes come back, made here first: a container whose changes could not come
-        back does not run, and what this disk cannot do fails the shipping, not the
-        link."""
+    def frames_for(self, link: AgentLink) -> Generator[bytes, None, None]:
+        """The bundle for link's node, as frames made while its connection takes them
+        (the anchor serves its other nodes and clients meanwhile), ending with
+        `bundle-sent`. Task 0's link also gets where its container's changes come back,
+        made here first: a container whose changes could not come back does not run,
+        and what this disk cannot do fails the shipping, not the link."""
         error = None
         try:
             if not self.rootfs:
@@ -63,12 +68,12 @@ class Shipment:
             if link.task == "0":
                 os.makedirs(self.back, mode=0o700, exist_ok=True)
                 link.receiver = files.TreeReceiver({"rootfs": self.back})
-            files.send_tree(link.peer, self.dir, "bundle", skip=lambda name: name == "back")
-            files.send_tar(link.peer, self.rootfs, "bundle", ROOTFS_ARCHIVE)
+            yield from files.tree_frames(self.dir, "bundle", skip=lambda name: name == "back")
+            yield from files.tar_frames(self.rootfs, "bundle", ROOTFS_ARCHIVE)
         except (ScrunError, OSError, ValueError, KeyError, TypeError) as err:
             error = f"shipping the bundle to {link.node or 'a node'}: {err}"
             log.current.error(error)
-        link.send({"op": "bundle-sent", "error": error})
+        yield frames.message({"op": "bundle-sent", "error": error})
 
     def bring_back(self, rootfs: str, failed: str | None) -> None:
         """What the container changed, as task 0 sent it, put in place in the rootfs

@@ -17,7 +17,7 @@ from pyscrun.errors import ChannelError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable, Iterator
 
 SEND_TIMEOUT = 120.0
 # GNU tar's status for "some files differ" (changed while read): a warning, not a failure.
@@ -30,11 +30,10 @@ _UNPACK = ["--numeric-owner", "--same-permissions"]
 HIGH_WATER = 1 << 22
 
 
-def send_tree(peer: Peer, root: str, area: str,
-              skip: Callable[[str], bool] | None = None) -> int:
-    """Every regular file below root (top-level entries matching skip left out);
-    the number of files sent."""
-    sent = 0
+def tree_frames(root: str, area: str,
+                skip: Callable[[str], bool] | None = None) -> Iterator[bytes]:
+    """The frames of every regular file below root (top-level entries matching skip
+    left out), made as they are taken."""
     for directory, subdirs, names in os.walk(root):
         relative = os.path.relpath(directory, root)
         if relative == "." and skip is not None:
@@ -44,18 +43,51 @@ def send_tree(peer: Peer, root: str, area: str,
             path = os.path.join(directory, name)
             if not os.path.isfile(path) or os.path.islink(path):
                 continue
-            peer.send(frames.message({"op": "file", "area": area,
-                                      "path": os.path.normpath(os.path.join(relative, name))}))
+            yield frames.message({"op": "file", "area": area,
+                                  "path": os.path.normpath(os.path.join(relative, name))})
             with open(path, "rb") as source:
                 while chunk := source.read(frames.MAX_DATA):
-                    peer.send(frames.frame(frames.FILE, chunk))
-                    if peer.pending >= HIGH_WATER and not peer.flush_blocking(SEND_TIMEOUT):
-                        raise ChannelError("the other end stopped taking the files")
-            peer.send(frames.frame(frames.FILE))
-            sent += 1
+                    yield frames.frame(frames.FILE, chunk)
+            yield frames.frame(frames.FILE)
+
+
+def tar_frames(root: str, area: str, path: str) -> Iterator[bytes]:
+    """The tree at root (a rootfs) as the frames of one tar archive, the file path of
+    area, as tar writes it: links, modes and owners as numbers kept (which tree_frames
+    does not keep), and no copy of the archive made on either side. A generator closed
+    before its end kills its tar."""
+    import subprocess
+    import tempfile
+
+    if not os.path.isdir(root):
+        raise ChannelError(f"{root} is not a directory here")
+    with tempfile.TemporaryFile() as said:
+        tar = subprocess.Popen(["tar", *_PACK, "-C", root, "-cf", "-", "."],
+                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=said)
+        assert tar.stdout is not None
+        try:
+            yield frames.message({"op": "file", "area": area, "path": path})
+            while chunk := tar.stdout.read(frames.MAX_DATA):
+                yield frames.frame(frames.FILE, chunk)
+        finally:
+            tar.stdout.close()  # a tar not read to its end then ends on SIGPIPE
+            tar.wait()
+        if tar.returncode not in (0, _TAR_WARNED):
+            said.seek(0)
+            raise ChannelError(f"tar of {root} failed: "
+                               f"{_last_line(said.read(), tar.returncode)}")
+        yield frames.frame(frames.FILE)
+
+
+def send_all(peer: Peer, made: Iterable[bytes]) -> None:
+    """Frames sent as they are made, waiting while the other end takes them (a node's
+    agent sends its files so; the anchor, which serves others meanwhile, does not)."""
+    for chunk in made:
+        peer.send(chunk)
+        if peer.pending >= HIGH_WATER and not peer.flush_blocking(SEND_TIMEOUT):
+            raise ChannelError("the other end stopped taking the files")
     if not peer.flush_blocking(SEND_TIMEOUT):
         raise ChannelError("the other end stopped taking the files")
-    return sent
 
 
 class TreeReceiver:
@@ -250,40 +282,9 @@ def fetch_tree(peer: Peer, request: str, done: str, receiver: TreeReceiver,
         peer.sock.setblocking(False)
 
 
-def send_tar(peer: Peer, root: str, area: str, path: str) -> None:
-    """The tree at root (a rootfs) sent as one tar archive, the file path of area, as
-    tar writes it: links, modes and owners as numbers kept (which send_tree alone does
-    not keep), and no copy of the archive made on either side."""
-    import subprocess
-    import tempfile
-
-    if not os.path.isdir(root):
-        raise ChannelError(f"{root} is not a directory here")
-    with tempfile.TemporaryFile() as said:
-        tar = subprocess.Popen(["tar", *_PACK, "-C", root, "-cf", "-", "."],
-                               stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=said)
-        assert tar.stdout is not None
-        try:
-            peer.send(frames.message({"op": "file", "area": area, "path": path}))
-            while chunk := tar.stdout.read(frames.MAX_DATA):
-                peer.send(frames.frame(frames.FILE, chunk))
-                if peer.pending >= HIGH_WATER and not peer.flush_blocking(SEND_TIMEOUT):
-                    raise ChannelError("the other end stopped taking the files")
-            peer.send(frames.frame(frames.FILE))
-        finally:
-            tar.stdout.close()  # a tar not read to its end then ends on SIGPIPE
-            tar.wait()
-        if tar.returncode not in (0, _TAR_WARNED):
-            said.seek(0)
-            raise ChannelError(f"tar of {root} failed: "
-                               f"{_last_line(said.read(), tar.returncode)}")
-    if not peer.flush_blocking(SEND_TIMEOUT):
-        raise ChannelError("the other end stopped taking the files")
-
-
 def pack_listed(root: str, names: list[str], archive: str) -> None:
     """The entries named (relative to root) as one tar archive, each alone (a directory
-    without what it holds), owners as numbers as send_tar keeps them."""
+    without what it holds), owners as numbers as tar_frames keeps them."""
     listing = archive + ".names"
     with open(listing, "wb") as out:
         out.write(b"".join(os.fsencode(name) + b"\0" for name in names))

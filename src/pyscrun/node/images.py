@@ -32,8 +32,9 @@ def checkpoint(control: peer.Peer | None, commands: RuntimeCommands, order: dict
     discard_local(task_dir)  # what a restore may have left: no file of this checkpoint
     try:
         criu.checkpoint(commands, here, task_id)
-        files.send_tree(control, criu.task_image_dir(here["image_path"], task_id), "image")
-        files.send_tree(control, criu.task_work_dir(here, task_id), "work")
+        for directory, area in ((criu.task_image_dir(here["image_path"], task_id), "image"),
+                                (criu.task_work_dir(here, task_id), "work")):
+            files.send_all(control, files.tree_frames(directory, area))
     finally:
         discard_local(task_dir)
 

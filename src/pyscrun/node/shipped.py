@@ -98,4 +98,4 @@ def send_back(control: peer.Peer | None, into: str, baseline: Baseline) -> None:
                           os.path.join(back, CHANGES_ARCHIVE))
     with open(os.path.join(back, REMOVED_LIST), "wb") as listing:
         listing.write(b"".join(os.fsencode(path) + b"\0" for path in removed))
-    files.send_tree(control, back, "rootfs")
+    files.send_all(control, files.tree_frames(back, "rootfs"))
