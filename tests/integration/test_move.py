@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -188,13 +189,14 @@ def _dump_held() -> list[int]:
 
 
 @contextmanager
-def _in_the_middle_of_a_move(runtime: Runtime, prefix: str) -> Iterator[tuple[str, str]]:
+def _in_the_middle_of_a_move(runtime: Runtime, prefix: str,
+                             script: str = COUNTER) -> Iterator[tuple[str, str]]:
     """A counting container whose move's checkpoint is under way, held there until the
     block ends: runc and CRIU are kept stopped, what a dump longer than the time left
     is. The move is set off as Slurm sets one off, by the job's warning signal to its
     steps (sent here rather than waited for, to be looked for at once: a dump can take a
     tenth of a second). Yields the container's name and job."""
-    name, first = _run_counter(runtime, prefix)
+    name, first = _run_counter(runtime, prefix, script=script)
     wait_for(lambda: len(_counts(runtime, name)) >= 3, 30, "the container to count")
     held: list[int] = []
     warning = subprocess.Popen(["scancel", f"--signal={MOVE_SIGNAL}", first],
@@ -237,6 +239,67 @@ def test_a_stop_in_the_middle_of_a_move_ends_the_container(runtime: Runtime) -> 
         done = stopping.result()
     assert done.returncode == 0, done.stderr.decode()
     _ended_without_moving(runtime, name, {"137", "143"})
+
+
+def test_a_stop_in_the_middle_of_a_move_reaches_the_containers_own_handler(
+        runtime: Runtime) -> None:
+    """`podman stop` while the move's checkpoint is under way, of a container that ends
+    on SIGTERM by itself: the move is given up, the task goes on where it was and takes
+    the signal, as without a move. It used to be killed once its dump was done (137)."""
+    script = f"trap 'exit 7' TERM; {COUNTER}"
+    with ThreadPoolExecutor(1) as pool:
+        with _in_the_middle_of_a_move(runtime, "g", script=script) as (name, _):
+            stopping = pool.submit(podman, runtime, "stop", "-t", "60", name)
+            wait_for(lambda: "kill in the middle of the move" in runtime.log.read_text(), 30,
+                     "the stop to reach the anchor while the dump is held")
+        done = stopping.result()
+    assert done.returncode == 0, done.stderr.decode()
+    _ended_without_moving(runtime, name, {"7"})
+
+
+def test_a_task_that_cannot_come_back_in_the_new_job_ends_the_container(
+        runtime: Runtime) -> None:
+    """The move's restore fails for task 1 (its node's runtime refuses it) while task 0
+    comes back: the container ends, every task of it, as a restore podman asks for does.
+    Task 0 used to run on alone in the new job, the container half moved."""
+    runtime.write_conf("pyscrun.conf", f"MoveBeforeEnd={WARNING}\n"
+                       'RunTimeRestore="test $SLURM_PROCID = 0 && '
+                       'runc restore %@ --bundle %b %n.%u.%j.%s.%t"\n')
+    name, first = _run_counter(runtime, "f", "-e", "SCRUN_NTASKS=2",
+                               "-e", "SCRUN_JOB_NUM_NODES=2")
+    wait_for(lambda: all(len(_counts(runtime, name, task)) >= 3 for task in (0, 1)), 30,
+             "both tasks to count")
+    done = slurm(runtime.slurm_conf.resolve(), "scancel", f"--signal={MOVE_SIGNAL}", first)
+    assert done.returncode == 0, done.stderr
+    # Task 1's agent failed (255), or task 0 was killed first (137).
+    _ended_without_moving(runtime, name, {"137", "255"})
+    assert "a task could not be restored in job" in runtime.log.read_text()
+
+
+def test_a_move_image_path_on_the_cluster_file_system_takes_the_images(
+        runtime: Runtime) -> None:
+    """MoveImagePath on the cluster file system (/srv here): the nodes write the move's
+    images there, nothing goes into the login host's spool dir, the count goes on in the
+    new job, and the images are gone once it runs."""
+    shared = Path(f"/srv/pyscrun-moves-{uuid.uuid4().hex[:8]}")
+    runtime.write_conf("pyscrun.conf", f"MoveBeforeEnd={WARNING}\n"
+                       f"MoveImagePath={shared}/%u\n")
+    try:
+        with _in_the_middle_of_a_move(runtime, "i") as (name, first):
+            [images] = list((shared / "root").iterdir())
+            assert images.name.endswith(".move") and any(images.iterdir())
+            assert not any(runtime.root.glob("*/move"))
+        seen = [first]
+        wait_for(lambda: _moved(runtime, seen, 2), 60, "the container to move")
+        at_move = _counts(runtime, name)[-1]
+        wait_for(lambda: _counts(runtime, name)[-1] >= at_move + 5, 30,
+                 "the count to go on in the new job")
+        counts = _counts(runtime, name)
+        assert counts == list(range(1, len(counts) + 1)), counts
+        assert list((shared / "root").iterdir()) == []
+        _stop_and_remove(runtime, name)
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
 
 
 def test_a_job_that_ends_in_the_middle_of_a_move_takes_the_container_with_it(

@@ -74,6 +74,27 @@ def test_three_nodes_three_tasks(users_slurm_runtime: Runtime) -> None:
     assert sorted(done.stdout.decode().split()) == ["n1", "n2", "n3"]
 
 
+@pytest.mark.nodes(2)
+def test_the_task_id_pattern_is_the_tasks_number_on_its_node(
+        users_slurm_runtime: Runtime) -> None:
+    """oci.conf's %t is the task's id on its node, as slurmstepd fills it in: four tasks
+    on two nodes are numbered from 0 on each node, in rank order (MountSpoolDir shows
+    it: each container's own mounts). It was the rank."""
+    users_slurm_runtime.write_conf("oci.conf", RUN_OCI_CONF + "MountSpoolDir=/spool-%t\n")
+    done = podman(users_slurm_runtime, "run", "--rm", "--uts=host", "-e", "SCRUN_NTASKS=4",
+                  "-e", "SCRUN_JOB_NUM_NODES=2", IMAGE, "sh", "-c",
+                  "echo $SLURM_PROCID $(hostname) "
+                  "$(grep -o ' /spool-[0-9]* ' /proc/self/mountinfo)")
+    assert done.returncode == 0, done.stderr
+    ids: dict[str, list[str]] = {}
+    for line in sorted(done.stdout.decode().splitlines()):
+        _, node, spool = line.split()
+        ids.setdefault(node, []).append(spool)
+    assert sorted(ids) == ["n1", "n2"], done.stdout
+    for spools in ids.values():
+        assert spools == [f"/spool-{local}" for local in range(len(spools))], ids
+
+
 def test_tasks_asked_for_on_one_node_all_run(users_slurm_runtime: Runtime) -> None:
     """SCRUN_NTASKS without a node count: as many tasks on the job's one node (Slurm
     gives the job's task count to its steps), each with its own rank."""
@@ -185,6 +206,29 @@ def test_existing_job_is_used_and_not_ended(users_slurm_runtime: Runtime) -> Non
         assert _job_record(conf, job_id.group(1))["JobState"] == "RUNNING"
     finally:
         slurm(conf, "scancel", job_id.group(1))
+
+
+def test_a_given_job_that_is_no_live_job_fails_create_in_one_line(
+        users_slurm_runtime: Runtime) -> None:
+    """SLURM_JOB_ID that is no job id, no job of the cluster, or a job that has ended:
+    create fails in one line naming it, as Slurm's scrun does, and nothing is left (the
+    fixture's leak check). It used to pass create and fail at start, in srun's words."""
+    runtime = users_slurm_runtime
+    conf = runtime.slurm_conf.resolve()
+    alloc = runtime.account.run(["salloc", "--no-shell", "--job-name=given"],
+                                env={"SLURM_CONF": str(conf)})
+    ended = re.search(r"Granted job allocation (\d+)", alloc.stderr.decode())
+    assert ended, alloc.stderr
+    slurm(conf, "scancel", ended.group(1))
+    wait_for(lambda: _job_record(conf, ended.group(1))["JobState"] == "CANCELLED", 30,
+             "the job to end")
+    for given, said in (("12ab", "invalid SLURM_JOB_ID '12ab': not a job id"),
+                        ("999999", "job 999999 (SLURM_JOB_ID) is unknown to this cluster"),
+                        (ended.group(1), f"job {ended.group(1)} (SLURM_JOB_ID) is CANCELLED")):
+        done = podman(runtime, "run", "--rm", "-e", f"SLURM_JOB_ID={given}", IMAGE, "true")
+        assert done.returncode != 0
+        errors = [line for line in done.stderr.decode().splitlines() if "scrun: error" in line]
+        assert len(errors) == 1 and said in errors[0], done.stderr.decode()
 
 
 def test_exec_reaches_its_own_container_among_two_in_one_job(

@@ -21,6 +21,11 @@ from pyscrun.node import rewrite
     ("^[]x]=", ["]=1", "x=2"], ["y=3"]),
     ("^K=[[:space:]]", ["K= v", "K=\tv"], ["K=v"]),
     ("^(FOO|BAR)=", ["FOO=1", "BAR=2"], ["BAZ=3"]),
+    # A value with newlines (an exported shell function's): `.` matches them, `$` is
+    # the end of the whole text only.
+    ("^BASH_FUNC_.*}$", ["BASH_FUNC_f%%=() {  echo a\n}"], ["BASH_FUNC_f%%=() { x\n}\n"]),
+    ("^X=.*$", ["X=a\nb"], ["Y=a\nb"]),
+    ("=bar$", ["FOO=bar"], ["FOO=bar\n"]),
 ])
 def test_posix_classes_and_brackets_match_as_regcomp(ere: str, matching: list[str],
                                                      other: list[str]) -> None:
@@ -49,7 +54,7 @@ def test_env_exclude_drops_variables_by_a_posix_class() -> None:
     assert kept == ["SECRET_=y", "HOME=/root"]
 
 
-@pytest.mark.parametrize("ere", ["[[:nope:]]", "[abc", "(x"])
+@pytest.mark.parametrize("ere", ["[[:nope:]]", "[abc", "(x", "(?i)x"])
 def test_an_invalid_expression_is_a_config_error(ere: str) -> None:
     with pytest.raises(ConfigError, match="invalid regular expression"):
         ociconf.parse(f'RunTimeRun=r\nRunTimeKill=k\nRunTimeDelete=d\nEnvExclude="{ere}"\n',

@@ -90,7 +90,7 @@ def _parse_cleanly(text: str) -> ociconf.OciConf | None:
 def test_env_exclude_regexes_compile(regex: str) -> None:
     conf = ociconf.parse(f"EnvExclude={_quoted(regex)}\nRunTimeRun=r\nRunTimeKill=k\n"
                          f"RunTimeDelete=d\n", "oci.conf")
-    assert conf.EnvExclude == re.compile(regex)
+    assert conf.EnvExclude == re.compile(regex, re.DOTALL)
 
 
 @pytest.mark.parametrize("regex", ["a{99999999999999999999}", "(" * 1000 + ")" * 1000])

@@ -6,7 +6,7 @@ variables of a job pyscrun asks for are salloc's, tested on the cluster
 from __future__ import annotations
 
 from pyscrun.anchor.request import CreateRequest
-from pyscrun.backends.slurm import SlurmBackend
+from pyscrun.backends.slurm import SlurmBackend, given_job
 from pyscrun.oci.bundle import Bundle
 
 CALLER = {"HOME": "/home/u", "SLURM_CONF": "/etc/slurm/slurm.conf", "SLURM_JOB_ID": "7",
@@ -20,9 +20,8 @@ def _request(bundle_env: list[str]) -> CreateRequest:
 
 
 def _job_variables(bundle_env: list[str]) -> dict[str, str]:
-    backend = SlurmBackend()
     environ = _request(bundle_env).job_environ()
-    return backend.job_variables(backend.allocate(None, None, {}, environ))  # type: ignore[arg-type]
+    return SlurmBackend().job_variables(given_job(environ["SLURM_JOB_ID"], environ))
 
 
 def test_the_callers_job_gives_its_slurm_and_spank_variables() -> None:

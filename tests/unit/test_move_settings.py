@@ -37,6 +37,24 @@ def test_anything_else_is_one_line_naming_the_file(tmp_path: Path, value: str) -
         _conf(tmp_path, f"MoveBeforeEnd={value}\n")
 
 
+def test_a_move_image_path_is_for_its_user(tmp_path: Path) -> None:
+    conf = _conf(tmp_path, "MoveImagePath=/shared/moves/%u-%U\n")
+    the_site = site.Site(str(tmp_path / "slurm.conf"), ociconf.OciConf(), "slurm", conf)
+    assert the_site.move_image_path("ann", 1001) == "/shared/moves/ann-1001"
+    assert site.Site("", ociconf.OciConf(), "slurm", site.PyscrunConf()
+                     ).move_image_path("ann", 1001) == ""
+
+
+@pytest.mark.parametrize(("value", "said"), [
+    ("moves", "MoveImagePath must be an absolute path, not 'moves'"),
+    ("/shared/%j", "MoveImagePath cannot hold %j (it may hold %u %U and %%)"),
+])
+def test_a_move_image_path_of_another_shape_is_one_line(tmp_path: Path, value: str,
+                                                         said: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(f"pyscrun.conf:1: {said}")):
+        _conf(tmp_path, f"MoveImagePath={value}\n")
+
+
 def _request(tmp_path: Path, seconds: str = "120", backend: str = "slurm",
              terminal: bool = False, options: dict[str, str] | None = None,
              environ: dict[str, str] | None = None) -> CreateRequest:

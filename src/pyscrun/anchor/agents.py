@@ -183,8 +183,11 @@ class Agents:
         if self.round is not None and self.round.record(agent, error) and frozen:
             self.frozen.append(agent)
 
-    def finish_checkpoint(self, container_id: str, job_id: str) -> dict[str, Any] | None:
-        """Once every task answered: the reply for the client (None while waiting)."""
+    def finish_checkpoint(self, container_id: str, job_id: str,
+                          given_up: str | None = None) -> dict[str, Any] | None:
+        """Once every task answered: the reply for the client (None while waiting).
+        given_up: why the round is to fail however it went (its tasks resumed, its
+        images removed)."""
         done = self.round
         if done is None or not done.complete:
             return None
@@ -195,7 +198,7 @@ class Agents:
         for agent in self.connected:
             agent.receiver = self.receivers_before.get(agent)
         self.receivers_before = {}
-        errors = done.errors + ([probe_left] if probe_left else [])
+        errors = done.errors + [why for why in (probe_left, given_up) if why]
         if not errors:
             try:
                 done.write_manifest(container_id, job_id, self.nodes())

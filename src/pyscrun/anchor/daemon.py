@@ -80,6 +80,7 @@ class Anchor(Moving):
         self.launcher_output: dict[int, _socket.socket] = {}
         self.mount_table = None
         self.move_phase = ""
+        self.move_dir = ""
         self.move_wanted = False
         self.move_abandoned = False
         # Clients of a checkpoint that stops the container, answered once it has.
@@ -337,12 +338,11 @@ class Anchor(Moving):
             self.stdio.close_stdin()
 
     def _agent_gone(self, link: AgentLink) -> None:
-        if self.request.restore is not None and self.ready_fd is not None \
-                and not link.reported_exit:
-            # A task that could not come back fails the whole restore (its agent's
-            # error says why): the others, restored, would run on while create waits
-            # for every task, as srun runs the step with --kill-on-bad-exit=0.
-            self._kill(_signal.SIGKILL)
+        if self._restore_under_way() and not link.reported_exit:
+            # A task that could not come back fails the whole restore, or move (its
+            # agent's error says why): the others, restored, would run on alone, as
+            # srun runs the step with --kill-on-bad-exit=0.
+            self._restore_failed()
         self._answer_checkpoint()
         if self.task_order is not None:
             self.task_order.lost(link)

@@ -15,15 +15,18 @@ agents take that signal as the word to move and tell the anchor, which then:
 podman sees the container running throughout, its output goes on in the same pipes,
 and its end is the restored container's. A move that cannot be made (the dump fails)
 leaves the container to end with its job, as without MoveBeforeEnd. A kill (but of a
-harmless signal) or delete during a move ends the container there.
+harmless signal) or delete during a move gives it up: the tasks go on where they were
+and take the signal, as without a move. A task that cannot be restored in the new job
+ends the container, every task of it.
 
 A base of the anchor (anchor/daemon.py), which holds the state it works on."""
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]
 import os
 
-from pyscrun import log, poller
+from pyscrun import identity, log, poller
 from pyscrun.anchor.agents import Agents
 from pyscrun.anchor.ending import Ending
 from pyscrun.anchor.orders import HARMLESS_SIGNALS
@@ -49,7 +52,8 @@ class Moving(Ending):
     signals: int
     move_phase: str  # one of the phases above, "" while no move is under way
     move_wanted: bool  # a warning not acted on yet (tasks not all running, an order on)
-    move_abandoned: bool  # a kill came during the move: the container ends instead
+    ready_fd: int | None  # open while a restore waits for its tasks
+    move_dir: str  # the images of the move under way, or of the last one
 
     def _job_ending(self) -> None:
         """The job's warning reached a task: the container moves to a new job, as soon
@@ -71,8 +75,12 @@ class Moving(Ending):
             log.current.error(f"the job's end is near, but a container that is "
                               f"{self.state.status} does not move: it ends with its job")
             return
-        images = self._move_images()
-        remove_tree(images)
+        try:
+            images = self._new_move_dir()
+        except OSError as err:
+            log.current.error(f"the container cannot move: its images have no place: "
+                              f"{err}; it ends with its job")
+            return
         order = {"op": "checkpoint", "image_path": images, "work_path": "",
                  "leave_running": False}
         log.current.info(f"job {self.state.job_id} ends in {self.request.move_before_end()} s "
@@ -81,12 +89,39 @@ class Moving(Ending):
             self.agents.start_checkpoint(None, order)
         except CheckpointError as err:
             log.current.error(f"the container cannot move: {err}; it ends with its job")
+            remove_tree(images)
             return
         self.move_phase, self.move_abandoned = DUMPING, False
         self._answer_checkpoint()
 
+    def _restore_under_way(self) -> bool:
+        """Tasks are being restored (podman's restore, or a move's) and not all run yet."""
+        return self.request.restore is not None and (self.ready_fd is not None
+                                                     or self.move_phase == RESTORING)
+
+    def _restore_failed(self) -> None:
+        """A task could not come back: the container ends, every task of it."""
+        if self.move_phase == RESTORING:
+            log.current.error(f"a task could not be restored in job {self.state.job_id}: "
+                              "the container ends")
+        self._kill(_signal.SIGKILL)
+
+    def _new_move_dir(self) -> str:
+        """An empty directory for a move's images: below MoveImagePath, where the nodes
+        write them, else the container's spool dir (they come over the channel)."""
+        base = self.site.move_image_path(self.state.owner, identity.real_uid())
+        if not base:
+            self.move_dir = os.path.join(self.store.spool_dir(self.state.id), MOVE_DIR)
+            remove_tree(self.move_dir)
+            return self.move_dir
+        import tempfile
+
+        os.makedirs(base, mode=0o700, exist_ok=True)
+        self.move_dir = tempfile.mkdtemp(prefix=f"{self.state.id}.", suffix=".move", dir=base)
+        return self.move_dir
+
     def _move_images(self) -> str:
-        return os.path.join(self.store.spool_dir(self.state.id), MOVE_DIR)
+        return self.move_dir
 
     def _dumped_for_move(self, reply: dict[str, Any]) -> None:
         """The move's checkpoint is over: its tasks now end, or they go on where it failed."""
@@ -99,7 +134,7 @@ class Moving(Ending):
         self.move_phase = ""
 
     def _kill(self, signum: int, every: bool = False) -> None:
-        """A signal that would end the container's process ends a move under way there;
+        """A signal that would end the container's process gives a move under way up;
         a harmless one (CONT, WINCH, ...) is sent on and the move goes on."""
         if self.move_phase and not self.move_abandoned and signum not in HARMLESS_SIGNALS:
             log.current.info("a kill in the middle of the move: the container ends instead")
@@ -148,6 +183,14 @@ class Moving(Ending):
         except ScrunError as err:
             log.current.error(f"the container could not move to a new job: {err}")
             self.exit_status = 255
+
+    def _finish(self, status: int) -> int:
+        """A move under way ends with the container: its images go (MoveImagePath is not
+        the spool dir, which delete removes)."""
+        if self.move_phase:
+            remove_tree(self._move_images())
+            self.move_phase = ""
+        return super()._finish(status)
 
     def _forget_step(self) -> None:
         """What the anchor held of the ended step and its agents: let go, for the next."""

@@ -62,6 +62,7 @@ class Orders:
     ships_bundle: bool
     shipment: Shipment | None
     staging: Staging
+    move_abandoned: bool  # a kill came during the move: the container ends instead
 
     def _start(self) -> bool:
         raise NotImplementedError
@@ -301,7 +302,11 @@ class Orders:
     def _answer_checkpoint(self) -> None:
         client = self.agents.round_client
         stops = self.agents.round is not None and not self.agents.round.order.get("leave_running")
-        reply = self.agents.finish_checkpoint(self.state.id, self.state.job_id)
+        # A kill that came during a move's dump reaches the tasks as they go on (they
+        # wait frozen, the signal pending): the app handles it as without a move.
+        given_up = "a kill came in the middle of the move" \
+            if client is None and self.move_abandoned else None
+        reply = self.agents.finish_checkpoint(self.state.id, self.state.job_id, given_up)
         if reply is None:
             return
         if client is None:

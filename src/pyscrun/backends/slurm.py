@@ -43,6 +43,8 @@ CANCEL_RETRY_TIMEOUT = 120.0
 # How long exec, pause and the other orders wait for squeue to say whether the job is
 # suspended.
 SQUEUE_TIMEOUT = 30.0
+# What squeue says of a job a step can still run in (one of them waits until it runs).
+LIVE_JOB_STATES = frozenset(("PENDING", "CONFIGURING", "RUNNING", "SUSPENDED", "RESIZING"))
 # How long the anchor, which waits for it, lets scancel take to kill a step.
 KILL_STEP_TIMEOUT = 10.0
 _CONTROLLER_AWAY = ("Unable to contact slurm controller", "Socket timed out")
@@ -138,6 +140,13 @@ def _node_count(site: Site, job_id: str, variables: dict[str, str]) -> str:
     return nodes.stdout.strip()
 
 
+def given_job(job_id: str, environ: dict[str, str]) -> Allocation:
+    """The job given with SLURM_JOB_ID: its variables are the caller's, as Slurm's scrun
+    scrapes them."""
+    return Allocation(job_id=job_id, nodes=[], owned=False,
+                      env={**salloc.job_variables_in(environ), "SLURM_JOB_ID": job_id})
+
+
 class SlurmBackend(Backend):
     name = "slurm"
 
@@ -167,9 +176,8 @@ class SlurmBackend(Backend):
                  variables: bool = False, warn_before: int = 0) -> Allocation:
         given = environ.get("SLURM_JOB_ID")
         if given:
-            # The job's variables are the caller's, as Slurm's scrun scrapes them.
-            return Allocation(job_id=given, nodes=[], owned=False,
-                              env={**salloc.job_variables_in(environ), "SLURM_JOB_ID": given})
+            self._check_given_job(site, given)
+            return given_job(given, environ)
         try:
             held = started if isinstance(started, HeldAllocation) else \
                 HeldAllocation.start(_salloc_argv(state.id, options, warn_before), _env(site),
@@ -184,6 +192,24 @@ class SlurmBackend(Backend):
                                 env={"SLURM_JOB_ID": held.job_id}, handle=held)
         allocation.queued = not held.granted
         return allocation
+
+    def _check_given_job(self, site: Site, job_id: str) -> None:
+        """A job the container is to run in is one of the user's that has not ended:
+        else create fails, in one line, as Slurm's scrun does (not the start, with
+        srun's own words, after stage_in ran for no job)."""
+        if not only_digits(job_id):
+            raise BackendError(f"invalid SLURM_JOB_ID {job_id[:40]!r}: not a job id")
+        # Every state: a job that ended lately is shown as such.
+        argv = identity.as_real_user(["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"])
+        try:
+            status, said, _ = child.run(argv, _env(site), SQUEUE_TIMEOUT)
+        except OSError as err:
+            raise BackendError(f"cannot ask squeue about job {job_id}: {err}") from None
+        state = said.decode(errors="replace").strip() if status == 0 else ""
+        if state not in LIVE_JOB_STATES:
+            raise BackendError(f"job {job_id} (SLURM_JOB_ID) "
+                               f"{'is ' + state if state else 'is unknown to this cluster'}"
+                               ": the container cannot run in it")
 
     def suspended(self, site: Site, job_id: str) -> bool:
         """As squeue says. Through child.run, not subprocess, whose imports every exec

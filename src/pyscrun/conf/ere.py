@@ -1,10 +1,15 @@
 """POSIX extended regular expressions (what Slurm's regcomp reads in EnvExclude and
 RunTimeEnvExclude) as Python patterns.
 
-Python's `re` reads most of an ERE alike; inside a bracket expression it does not:
-POSIX has character classes (`[[:alnum:]]`), and a backslash there is an ordinary
-character. Only whether a variable matches is asked, so POSIX's leftmost-longest rule
-changes nothing.
+Python's `re` reads most of an ERE alike. Where it does not:
+- inside a bracket expression POSIX has character classes (`[[:alnum:]]`), and a
+  backslash there is an ordinary character;
+- a value may hold newlines (an exported shell function's does): regcomp's `.` matches
+  one and its `$` is the end of the text only, where Python's `.` stops at a newline
+  and its `$` also matches before a last newline;
+- `(?` opens Python's extensions, which regcomp refuses.
+Only whether a variable matches is asked, so POSIX's leftmost-longest rule changes
+nothing.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ CLASSES = {
 
 def compile_ere(text: str) -> re.Pattern[str]:
     """text, a POSIX ERE, compiled; re.error if it is not one Python can read."""
-    return re.compile(translate(text))
+    return re.compile(translate(text), re.DOTALL)
 
 
 def translate(text: str) -> str:
@@ -44,6 +49,11 @@ def translate(text: str) -> str:
         elif char == "[":
             bracket, pos = _bracket(text, pos)
             out.append(bracket)
+        elif char == "$":
+            out.append("\\Z")
+            pos += 1
+        elif text.startswith("(?", pos):
+            raise re.error("a repetition of nothing", text, pos + 1)
         else:
             out.append(char)
             pos += 1

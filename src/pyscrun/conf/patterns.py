@@ -131,7 +131,7 @@ def check(pattern: str, where: str) -> None:
 # Path patterns (ContainerPath, MountSpoolDir) -> the letters each may hold: what is
 # known of the task where the path is made. ContainerPath is the same for every step of
 # a job (`scrun exec` finds the task's dir there): no %s or %t.
-PATH_PATTERNS = {"ContainerPath": "jnuU", "MountSpoolDir": "jnstuU"}
+PATH_PATTERNS = {"ContainerPath": "jnuU", "MountSpoolDir": "jnstuU", "MoveImagePath": "uU"}
 
 
 def check_path(pattern: str, where: str, directive: str) -> None:

@@ -38,6 +38,10 @@ PYSCRUN_DEFAULTS = {
     # Seconds before its job's end (time limit, or a preemption's signal) at which a
     # container moves to a new job: checkpointed, then restored there. Empty: never.
     "MoveBeforeEnd": "",
+    # Where a move's images go: a directory the login host and every node see (the
+    # cluster file system), %u and %U the user's name and uid. Empty: the container's
+    # spool dir, on the login host only, the images sent there over the channel.
+    "MoveImagePath": "",
 }
 # The verb each is derived with, and what follows it before the container's name.
 _DERIVED = {"RunTimeCheckpoint": "checkpoint %@", "RunTimeRestore": "restore %@ --bundle %b",
@@ -63,6 +67,7 @@ class PyscrunConf:
     RunTimeExec: str
     RunTimeStats: str
     MoveBeforeEnd: str
+    MoveImagePath: str
 
     def __init__(self, **values: str) -> None:
         for name, default in PYSCRUN_DEFAULTS.items():
@@ -86,6 +91,11 @@ def _parse_pyscrun_conf(path: str) -> PyscrunConf:
         if name == "MoveBeforeEnd" and value and not (only_digits(value) and 0 < int(value) <= MAX_WARNING):
             raise ConfigError(f"{path}:{line}: MoveBeforeEnd must be a number of seconds "
                               f"from 1 to {MAX_WARNING}, not {value!r}")
+        if name == "MoveImagePath" and value:
+            patterns.check_path(value, f"{path}:{line}", name)
+            if not value.startswith("/"):
+                raise ConfigError(f"{path}:{line}: MoveImagePath must be an absolute path, "
+                                  f"not {value!r}")
         if name == "AgentPortRange" and value:
             from pyscrun.channel.tcp import parse_port_range
 
@@ -146,6 +156,11 @@ class Site:
                     runtime += " --criu " + shlex.quote(criu).replace("%", "%%")
                 found[directive] = f"{runtime} {action} {shlex.join(words[-1:])}"
         return found
+
+    def move_image_path(self, user: str, uid: int) -> str:
+        """pyscrun.conf's MoveImagePath for that user, '' where unset."""
+        return patterns.expand_path(self.pyscrun.MoveImagePath, patterns.PatternValues(
+            user_name=user, uid=str(uid)))
 
     def cluster_name(self) -> str | None:
         """slurm.conf's ClusterName, None if unset; in lower case as Slurm keeps it."""

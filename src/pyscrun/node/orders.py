@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 
 # The orders an agent carries out with a runtime verb of its own (pyscrun.conf's or
 # derived from oci.conf's RunTimeDelete).
+# How long a paused container's last output may take to leave its pipes before its dump.
+OUTPUT_WAIT = 2.0
 _TASK_ORDERS = {"pause": "RunTimePause", "resume": "RunTimeResume", "update": "RunTimeUpdate"}
 
 
@@ -104,6 +106,9 @@ class AgentOrders:
                 self.commands.run_checked("RunTimePause")
                 self.paused = frozen = True
                 order = {**order, "leave_running": True}
+                if not processes.wait_output_taken(self._container_init(), OUTPUT_WAIT):
+                    log.current.info("the container's output was not all read before its "
+                                     "dump: a restore may say its last lines again")
             images.checkpoint(self.control, self._for(order), order, self.ident.task_id,
                               self.task_dir)
         except (ScrunError, OSError) as err:

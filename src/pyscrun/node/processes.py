@@ -111,3 +111,34 @@ def set_child_subreaper() -> None:
     from pyscrun import linux
 
     linux.set_child_subreaper()
+
+
+def wait_output_taken(pid: int, timeout: float) -> bool:
+    """Until what a paused container's init wrote to its stdout and stderr pipes has
+    been read from them (the agent's pumps, or a restoring runtime's own copies of
+    them), up to timeout; whether it was. A dump takes what a pipe still holds along,
+    and a restore writes it again: its reader would see those lines twice."""
+    import fcntl
+    import stat
+    import sys
+    import termios
+
+    pipes = []
+    for stream in (1, 2):
+        path = f"/proc/{pid}/fd/{stream}"
+        try:
+            if stat.S_ISFIFO(os.stat(path).st_mode):
+                pipes.append(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC))
+        except OSError:
+            continue  # no such stream, or one this process may not open: nothing to wait for
+    try:
+        deadline = time.monotonic() + timeout
+        while any(int.from_bytes(fcntl.ioctl(fd, termios.FIONREAD, bytes(4)), sys.byteorder)
+                  for fd in pipes):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
+        return True
+    finally:
+        for fd in pipes:
+            os.close(fd)

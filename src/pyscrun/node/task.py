@@ -26,7 +26,8 @@ class TaskIdentity:
     A plain class rather than a dataclass: `dataclasses` costs each agent milliseconds.
     """
 
-    __slots__ = ("bundle", "container_id", "job_id", "node", "step_id", "task_id", "uid", "user")
+    __slots__ = ("bundle", "container_id", "job_id", "local_id", "node", "step_id", "task_id",
+                 "uid", "user")
 
     def __init__(self, env: dict[str, str]) -> None:
         self.uid = identity.real_uid()
@@ -36,6 +37,8 @@ class TaskIdentity:
         self.job_id = env["PYSCRUN_AGENT_JOB_ID"]
         self.step_id = env.get("SLURM_STEP_ID") or env.get("PYSCRUN_AGENT_STEP_ID", "0")
         self.task_id = env.get("SLURM_PROCID") or "0"
+        # The task's number on its node: oci.conf's %t, as slurmstepd fills it in.
+        self.local_id = env.get("SLURM_LOCALID") or "0"
         self.node = node_name(env)
 
 
@@ -156,7 +159,7 @@ class Task:
                 env_exclude=conf.EnvExclude, terminal=self.terminal and conf.run_mode,
                 mount_spool_dir=patterns.expand_path(conf.MountSpoolDir, patterns.PatternValues(
                     job_id=ident.job_id, node_name=ident.node, step_id=ident.step_id,
-                    task_id=ident.task_id, user_name=ident.user, uid=str(ident.uid))),
+                    task_id=ident.local_id, user_name=ident.user, uid=str(ident.uid))),
                 step_dir=self.step_dir,
                 disable_hooks=conf.DisableHooks, task_id=ident.task_id,
                 container=(ident.container_id, ident.bundle),
@@ -177,7 +180,7 @@ class Task:
         values = patterns.PatternValues(
             bundle=bundle_dir, env_file=env_file, job_id=ident.job_id,
             step_dir=self.step_dir, node_name=ident.node, rootfs=rootfs,
-            step_id=ident.step_id, task_id=ident.task_id, user_name=ident.user,
+            step_id=ident.step_id, task_id=ident.local_id, user_name=ident.user,
             uid=str(ident.uid), args=args,
         )
         # What `scrun exec` needs to find this task's container (node/exec_into.py):
