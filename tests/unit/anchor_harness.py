@@ -161,6 +161,8 @@ class Harness:
             assert time.monotonic() < deadline, "the anchor did not get there in 10 s"
             for key, events in self.anchor.selector.select(0.05):
                 self.anchor._dispatch(key, events)
+            if self.anchor.waiting_orders:
+                self.anchor._give_waiting_orders(time.monotonic())
             self.anchor._expire_task_order(time.monotonic())
             self.anchor._rearm()
 

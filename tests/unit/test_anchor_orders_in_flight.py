@@ -14,7 +14,9 @@ import threading
 import pytest
 
 from pyscrun.anchor import protocol, task_orders
+from pyscrun.cli import main
 from pyscrun.errors import AnchorError
+from pyscrun.leave import exit_status_of
 from pyscrun.oci.state import PAUSED, RUNNING
 from tests.unit.anchor_harness import ID
 
@@ -88,3 +90,23 @@ def test_the_jobs_warning_during_an_order_moves_the_container_once_the_order_is_
     one.agent.awake.set()
     one.serve_until(lambda: not client.is_alive() and "checkpoint" in one.agent.orders)
     assert one.agent.orders[:2] == ["ps", "checkpoint"]  # then, dumped, the tasks end
+
+
+def test_an_order_during_a_move_waits_for_the_tasks_of_the_new_job(
+        harness: Callable[..., Harness]) -> None:
+    """A pause while the container moves (its tasks dumped, about to be ended) is not
+    given to those tasks, which would answer it failed or not at all: it waits, and is
+    given once the move is over."""
+    one = harness(RUNNING)
+    one.anchor.move_phase = "dumped"
+    done: list[int] = []
+    argv = ["--root", one.root, "pause", ID]
+    pausing = threading.Thread(target=lambda: done.append(exit_status_of(lambda: main.run(argv))))
+    pausing.start()
+    one.serve_until(lambda: bool(one.anchor.waiting_orders))
+    assert "pause" not in one.agent.orders
+    one.anchor.move_phase = ""
+    one.serve_until(lambda: bool(done))
+    pausing.join()
+    assert done == [0] and "pause" in one.agent.orders
+    assert one.saved_status() == PAUSED

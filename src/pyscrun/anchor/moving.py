@@ -94,6 +94,11 @@ class Moving(Ending):
         self.move_phase, self.move_abandoned = DUMPING, False
         self._answer_checkpoint()
 
+    def _moving_out(self) -> bool:
+        """The tasks are being dumped, or ended, for a move: orders wait for the new
+        job's tasks."""
+        return self.move_phase in (DUMPING, DUMPED)
+
     def _restore_under_way(self) -> bool:
         """Tasks are being restored (podman's restore, or a move's) and not all run yet."""
         return self.request.restore is not None and (self.ready_fd is not None

@@ -179,10 +179,19 @@ class Orders:
                 self.slurm_kill_at = now + SLURM_KILL_AFTER
         self.agents.kill(signum, every)
 
+    def _tasks_ready(self) -> bool:
+        """Every task runs its container, and not on its way out of its job (a move):
+        an order given to those would reach tasks being ended."""
+        return self.agents.all_running() and not self._moving_out()
+
+    def _moving_out(self) -> bool:
+        raise NotImplementedError
+
     def _when_running(self, client: Connection, message: dict[str, Any]) -> None:
         """An order for the tasks (checkpoint, pause, ...), given once every task runs
-        its container: right after start, or while the job is queued, it waits."""
-        if self.agents.all_running():
+        its container: right after start, while the job is queued, or while the
+        container moves to a new job, it waits."""
+        if self._tasks_ready():
             self._give(client, message)
             return
         self.waiting_orders.append((client, message, time.monotonic() + ORDER_WAIT))
@@ -204,7 +213,7 @@ class Orders:
                     client.send({"ok": True, "state": self.state.oci_document()})
                 else:
                     self.waiting_orders.append((client, message, deadline))
-            elif self.agents.all_running() and not ended:
+            elif self._tasks_ready() and not ended:
                 self._give(client, message)
             elif ended or late:
                 client.send({"ok": False, "error": "container not running" if ended else
