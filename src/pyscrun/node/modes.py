@@ -152,7 +152,9 @@ class ContainerModes(AgentOrders):
                 images.discard_local(self.task_dir)
                 break
             if exited:
-                raise RuntimeCommandError(f"RunTimeRestore exited {self.process.returncode}")
+                raise RuntimeCommandError(criu.with_criu_error(
+                    f"RunTimeRestore exited {self.process.returncode}",
+                    criu.task_work_dir(order, self.ident.task_id), criu.RESTORE_LOG))
             time.sleep(0.02)
         return self._wait_runtime()
 
