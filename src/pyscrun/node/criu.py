@@ -27,10 +27,8 @@ MANIFEST = "pyscrun-checkpoint.json"
 PROBE = "probe"
 # The probe of an image path the anchor could not write in: no node looks for it.
 UNPROBED = "unprobed"
-# runc's names for CRIU's logs in --work-path, and how much of one's end is read for its
-# error (CRIU says little once it fails).
+# runc's names for CRIU's logs in --work-path.
 DUMP_LOG, RESTORE_LOG = "dump.log", "restore.log"
-LOG_TAIL = 1 << 16
 
 
 def task_image_dir(image_path: str, task_id: str) -> str:
@@ -101,19 +99,11 @@ def checkpoint(commands: RuntimeCommands, order: Mapping[str, Any], task_id: str
 
 
 def with_criu_error(failure: str, work_dir: str, log_name: str) -> str:
-    """A runtime's failure, with the first error CRIU wrote to its log in work_dir (the
-    cause: the later ones follow from it; not one of the limits it could not raise,
-    which it goes on without), if any: the runtime says only where the log is, and a
-    node's work dir may be gone before anyone reads it."""
-    try:
-        with open(os.path.join(work_dir, log_name), "rb") as log:
-            log.seek(max(0, os.fstat(log.fileno()).st_size - LOG_TAIL))
-            tail = log.read().decode(errors="replace")
-    except OSError:
-        return failure
-    errors = [line[line.index("Error"):].strip() for line in tail.splitlines()
-              if "Error" in line and "rlimit:" not in line]
-    return f"{failure}; CRIU: {errors[0]}" if errors else failure
+    """A runtime's failure, with what CRIU's log in work_dir says of it, if anything."""
+    from pyscrun.criu_log import log_reason  # a failure's only
+
+    reason = log_reason(os.path.join(work_dir, log_name))
+    return f"{failure}; CRIU: {reason}" if reason else failure
 
 
 def restore_args(order: Mapping[str, Any], task_id: str, pid_file: str) -> list[str]:

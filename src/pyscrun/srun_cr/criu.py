@@ -12,13 +12,13 @@ import contextlib
 import fcntl
 import os
 import random
-import re
 import shutil
 import subprocess
 import tempfile
 import time
 from collections.abc import Iterator, Mapping
 
+from pyscrun.criu_log import log_reason
 from pyscrun.errors import CheckpointError
 
 # Cgroups are left alone: a restored task belongs to the new step's cgroup (the one
@@ -47,23 +47,6 @@ def resource_key(link: str) -> str | None:
     if link.startswith("/") and not link.startswith("/dev/"):
         return link[1:]
     return None
-
-
-_ERROR = re.compile(r"\bError \([^)]*\):\s*(.*)$")
-# Logged by every run without CAP_SYS_RESOURCE, and harmless.
-_NOISE = ("RLIMIT_NOFILE",)
-
-
-def log_reason(path: str, lines: int = 2) -> str:
-    """The first error lines of a CRIU log (the cause comes first), as one line."""
-    try:
-        with open(path, encoding="utf-8", errors="replace") as log:
-            text = log.read().splitlines()
-    except OSError:
-        return ""
-    errors = [found.group(1).strip() for found in map(_ERROR.search, text)
-              if found is not None and not any(n in found.group(1) for n in _NOISE)]
-    return " | ".join(errors[:lines])
 
 
 # CRIU's parasite, when the task's /proc is not its pid namespace's (ours never is: no
