@@ -142,7 +142,8 @@ class Moving(Ending):
         """A signal that would end the container's process gives a move under way up;
         a harmless one (CONT, WINCH, ...) is sent on and the move goes on."""
         if self.move_phase and not self.move_abandoned and signum not in HARMLESS_SIGNALS:
-            log.current.info("a kill in the middle of the move: the container ends instead")
+            log.current.info("a kill in the middle of the move: the move is given up, the "
+                             "container takes the signal where it runs")
             self.move_abandoned = True
         super()._kill(signum, every)
 

@@ -62,7 +62,7 @@ class Orders:
     ships_bundle: bool
     shipment: Shipment | None
     staging: Staging
-    move_abandoned: bool  # a kill came during the move: the container ends instead
+    move_abandoned: bool  # a kill came during the move: the move is given up
 
     def _start(self) -> bool:
         raise NotImplementedError

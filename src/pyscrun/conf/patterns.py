@@ -128,9 +128,9 @@ def check(pattern: str, where: str) -> None:
             raise ConfigError(f"{where}: {_REFUSED[quoting].format(letter)}")
 
 
-# Path patterns (ContainerPath, MountSpoolDir) -> the letters each may hold: what is
-# known of the task where the path is made. ContainerPath is the same for every step of
-# a job (`scrun exec` finds the task's dir there): no %s or %t.
+# Path patterns (ContainerPath, MountSpoolDir, pyscrun.conf's MoveImagePath) -> the
+# letters each may hold: what is known where the path is made. ContainerPath is the
+# same for every step of a job (`scrun exec` finds the task's dir there): no %s or %t.
 PATH_PATTERNS = {"ContainerPath": "jnuU", "MountSpoolDir": "jnstuU", "MoveImagePath": "uU"}
 
 

@@ -19,10 +19,10 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-# The orders an agent carries out with a runtime verb of its own (pyscrun.conf's or
-# derived from oci.conf's RunTimeDelete).
 # How long a paused container's last output may take to leave its pipes before its dump.
 OUTPUT_WAIT = 2.0
+# The orders an agent carries out with a runtime verb of its own (pyscrun.conf's or
+# derived from oci.conf's RunTimeDelete).
 _TASK_ORDERS = {"pause": "RunTimePause", "resume": "RunTimeResume", "update": "RunTimeUpdate"}
 
 
