@@ -13,6 +13,7 @@ import pytest
 from pyscrun.anchor import staging
 from pyscrun.conf.site import load as load_site
 from pyscrun.hooks import lua
+from pyscrun.oci.bundle import Bundle
 
 STAGE_FUNCTIONS = """\
 function slurm_scrun_stage_in() return slurm.SUCCESS end
@@ -324,6 +325,24 @@ def test_allocator_command_runs_here(tmp_path: Path) -> None:
     marker = tmp_path / "ran"
     hooks.runtime.execute(f"slurm.allocator_command('touch {marker}')")
     assert marker.exists()
+
+
+def test_commands_while_the_script_loads_run_as_slurms_do(tmp_path: Path) -> None:
+    """At load, before any job (create, as Slurm's scrun loads it): allocator_command
+    runs here, remote_command fails as srun does without a job; neither fails the
+    load. Once the job runs, the job's own commands are bound."""
+    (tmp_path / "slurm.conf").write_text("SlurmctldHost=h\n")
+    (tmp_path / "scrun.lua").write_text(
+        "local rc, out = slurm.allocator_command('echo /scratch')\n"
+        "scratch = out\n"
+        "remote_rc = slurm.remote_command('hostname')\n" + STAGE_FUNCTIONS)
+    hooks = staging.preload_hooks(load_site(str(tmp_path / "slurm.conf")),
+                                  Bundle(str(tmp_path), {"root": {"path": "rootfs"}}))
+    assert hooks is not None
+    assert hooks.runtime.execute("return scratch, remote_rc") == (b"/scratch\n", 1)
+    runner = Runner(0, "n1\n")
+    hooks.bind(runner, Runner(0, "here\n"), -1)
+    assert hooks.runtime.execute("return slurm.remote_command('hostname')") == (0, b"n1\n")
 
 
 def test_log_levels(tmp_path: Path, logged: io.StringIO) -> None:

@@ -134,14 +134,19 @@ def own_user_mappings(staged: object, submitted: dict[str, Any]) -> bool:
 def preload_hooks(site: Site, bundle: Bundle) -> ScrunLua | None:
     """The site's scrun.lua as create loads it, before any job is asked for (as Slurm's
     scrun does): a script that cannot load fails create, and no job is allocated, or
-    waited for in the queue. Its commands need the job: bound once it runs."""
-    return load_hooks(site.scrun_lua, _no_job, bundle.path, bundle.rootfs, _no_job,
-                      site.cluster_name())
+    waited for in the queue. Its commands, as Slurm's run them then: allocator_command
+    here without the job's variables, remote_command failing (no job, no nodes); the
+    job's own are bound once it runs."""
+    return load_hooks(site.scrun_lua, _no_nodes_yet, bundle.path, bundle.rootfs,
+                      _here_before_the_job, site.cluster_name())
 
 
-def _no_job(script: str) -> tuple[int, str]:
-    raise ScrunError("scrun.lua's commands run once the container's job is allocated, "
-                     "not while the script loads")
+def _here_before_the_job(script: str) -> tuple[int, str]:
+    return _run_here(script, {}, -1)
+
+
+def _no_nodes_yet(script: str) -> tuple[int, str]:
+    return 1, "scrun.lua: remote_command while the script loads: no job, no node to run on\n"
 
 
 def load_hooks(path: str, remote_command: Callable[[str], tuple[int, str]], bundle: str,
