@@ -54,6 +54,20 @@ def test_a_new_checkpoint_replaces_the_previous_and_nothing_else_is_left(tmp_pat
     assert os.listdir(tmp_path) == ["ck"]  # no staging, no previous checkpoint
 
 
+def test_a_restart_knows_a_checkpoint_put_in_place_of_the_one_it_began_with(
+        tmp_path: Path) -> None:
+    """The restart reads the manifest once, each task's launcher again: a checkpoint
+    made into the same directory in between is refused, not restored beside the
+    first one's tasks."""
+    _checkpoint(tmp_path, "first")
+    began = images.Checkpoint.load(str(tmp_path / "ck"))
+    began.check_same(images.Checkpoint.load(str(tmp_path / "ck")).id)
+    _checkpoint(tmp_path, "second")
+    with pytest.raises(CheckpointError, match="holds another checkpoint than when the "
+                                              "restart began"):
+        images.Checkpoint.load(str(tmp_path / "ck")).check_same(began.id)
+
+
 def test_where_the_file_system_cannot_swap_two_renames_do_it(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _checkpoint(tmp_path, "first")

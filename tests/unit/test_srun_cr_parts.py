@@ -184,7 +184,9 @@ def test_plan_for_a_restart_takes_task_count_and_command_from_the_checkpoint(tmp
     plan = Plan(srunopts.parse(["-N1"]), {"SLURM_RESTART_DIR": str(ck)})
     assert plan.options == ["-N1", "--ntasks=2", "--job-name=prog"]
     assert plan.command == ["prog", "a"]
-    assert plan.argv(6000, "/c")[-5:] == ["--restart", str(ck), "--", "prog", "a"]
+    made = images.Checkpoint.load(str(ck)).id
+    assert plan.argv(6000, "/c")[-7:] == ["--restart", str(ck), "--checkpoint-id", made, "--",
+                                          "prog", "a"]
     assert plan.env({}, "/s", b"")["SLURM_RESTART_DIR"] == str(ck)
     with pytest.raises(CheckpointError, match="holds 2 task"):
         Plan(srunopts.parse(["--restart", str(ck), "-n3"]), {})

@@ -180,6 +180,9 @@ def make_manifest(job: str, step: str, nodes: list[str], command: list[str], cwd
         "format": FORMAT, "job": job, "step": step, "tasks": len(nodes), "nodes": nodes,
         "command": command, "cwd": cwd, "stopped": stopped,
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        # Which checkpoint this is: a restart's tasks each make sure they restore this
+        # one, not one put in its place meanwhile.
+        "id": os.urandom(16).hex(),
     }
 
 
@@ -193,6 +196,7 @@ class Checkpoint:
     tasks: int
     nodes: list[str]
     command: list[str]
+    id: str  # '' in a checkpoint of a version before ids
 
     @classmethod
     def load(cls, path: str) -> Checkpoint:
@@ -215,13 +219,22 @@ class Checkpoint:
             if not isinstance(tasks, int) or isinstance(tasks, bool) or not 1 <= tasks <= 1 << 16:
                 raise ValueError(f"tasks must be a count, not {str(tasks)[:20]!r}")
             checkpoint = cls(path, str(data["job"]), str(data["step"]), tasks,
-                             [str(n) for n in data["nodes"]], [str(a) for a in data["command"]])
+                             [str(n) for n in data["nodes"]], [str(a) for a in data["command"]],
+                             str(data.get("id") or ""))
         except (KeyError, TypeError, ValueError) as err:
             raise CheckpointError(f"restart directory {path}: bad {MANIFEST}: {err}") from None
         for rank in range(checkpoint.tasks):
             if not os.path.isdir(task_dir(path, rank)):
                 raise CheckpointError(f"restart directory {path} lacks the images of task {rank}")
         return checkpoint
+
+    def check_same(self, expected_id: str) -> None:
+        """The checkpoint a restart began with: CheckpointError if another one was put
+        in its place since (a checkpoint into the same directory meanwhile), whose
+        tasks mixed with the first one's would be no state the program ever had."""
+        if self.id != expected_id:
+            raise CheckpointError(f"restart directory {self.path} holds another checkpoint "
+                                  "than when the restart began: restart again")
 
     def check_tasks(self, ntasks: int) -> None:
         if ntasks != self.tasks:

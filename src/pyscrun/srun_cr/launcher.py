@@ -1,6 +1,7 @@
 """The per-task launcher: what srun really starts for each task under srun_cr.
 
-    python -m pyscrun.srun_cr.launcher --port P [--restart DIR] [--criu PATH] -- COMMAND...
+    python -m pyscrun.srun_cr.launcher --port P [--restart DIR --checkpoint-id ID]
+        [--criu PATH] -- COMMAND...
 
 It starts COMMAND in a new pid namespace under a small init (nsinit.py), or restores
 task SLURM_PROCID from DIR there, reports job, step, rank, node and the init's pid to
@@ -260,11 +261,12 @@ class Launcher:
                 pass
 
 
-_LAUNCHER_OPTIONS = ("--port", "--restart", "--criu")
+_LAUNCHER_OPTIONS = ("--port", "--restart", "--checkpoint-id", "--criu")
 
 
 def _parse(argv: list[str]) -> tuple[dict[str, str], list[str]]:
-    """Options (--port P, --restart DIR, --criu PATH; each optional) and the command."""
+    """Options (--port P, --restart DIR, --checkpoint-id ID, --criu PATH; each
+    optional) and the command."""
     options: dict[str, str] = {}
     i = 0
     while i < len(argv) and argv[i] != "--":
@@ -275,8 +277,8 @@ def _parse(argv: list[str]) -> tuple[dict[str, str], list[str]]:
             raise UsageError(f"unknown launcher argument {argv[i]!r}")
     command = argv[i + 1:]
     if not command:
-        raise UsageError("usage: python -m pyscrun.srun_cr.launcher [--port P] [--restart DIR] "
-                         "[--criu PATH] -- COMMAND...")
+        raise UsageError("usage: python -m pyscrun.srun_cr.launcher [--port P] [--restart DIR "
+                         "[--checkpoint-id ID]] [--criu PATH] -- COMMAND...")
     return options, command
 
 
@@ -309,6 +311,7 @@ def run(argv: list[str], environ: dict[str, str]) -> NoReturn:
         if checkpoint.tasks != identity.ntasks and identity.rank != 0:
             sys.exit(1)  # task 0 says why, once
         checkpoint.check_tasks(identity.ntasks)
+        checkpoint.check_same(options.get("checkpoint-id", ""))
         launcher.task = Task.restore(_criu(options, environ), checkpoint, identity.rank)
     else:
         launcher.task = Task.start(command)

@@ -3,7 +3,8 @@ launchers served on the channel, checkpoint requests on a Unix socket, srun's ex
 status mimicked.
 
     srun_cr --(fork+exec, same process group)--> srun [options] -- python -m
-        pyscrun.srun_cr.launcher --port P --criu C [--restart DIR] -- COMMAND...
+        pyscrun.srun_cr.launcher --port P --criu C [--restart DIR --checkpoint-id ID]
+        -- COMMAND...
     each launcher --(dials P on the host srun runs on, proves it holds the step's
         secret, says hello with job, step, rank, node, pid)--> srun_cr
     `srun_cr checkpoint J.S` / the checkpoint signal --> srun_cr --> launchers dump
@@ -95,7 +96,7 @@ class Plan:
         launcher = [*launcher_command(), "--port", str(port),
                     "--criu", criu_path]
         if self.checkpoint is not None:
-            launcher += ["--restart", self.checkpoint.path]
+            launcher += ["--restart", self.checkpoint.path, "--checkpoint-id", self.checkpoint.id]
         return ["srun", *self.options, "--", *launcher, "--", *self.command]
 
     def env(self, environ: dict[str, str], socket_path: str, secret: bytes) -> dict[str, str]:
