@@ -27,6 +27,10 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
 
 _DEFAULT_IN_CHILD = (_signal.SIGPIPE, _signal.SIGXFSZ)
+# What a command run in the foreground passes on to what it runs, as `runc run` and
+# `runc exec` do: SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGTERM.
+PASSED_ON = (_signal.SIGHUP, _signal.SIGINT, _signal.SIGQUIT, _signal.SIGUSR1, _signal.SIGUSR2,
+             _signal.SIGTERM)
 # How long an interrupted command may take to end on SIGTERM (an srun ends its step
 # then, which SIGKILL would leave running) before its process group is killed.
 INTERRUPT_GRACE = 2.0

@@ -181,6 +181,15 @@ def live_processes(machine: int = 0) -> Iterator[tuple[str, int, str, str]]:
             yield entry.name, uid, name, cmdline
 
 
+def process_ended(pid: int) -> bool:
+    """Whether pid has ended: gone, or a zombie its parent has not reaped yet."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except FileNotFoundError:
+        return True
+    return stat[stat.rindex(b")") + 2:].split()[0] in (b"Z", b"X")
+
+
 def processes_mentioning(text: str) -> list[str]:
     """Command lines of live processes that mention text (this one aside)."""
     return [f"{pid}: {cmdline.strip()}" for pid, _, _, cmdline in live_processes()

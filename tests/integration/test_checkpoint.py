@@ -29,6 +29,7 @@ from tests.integration.harness import (
     make_bundle,
     make_slurm_runtime,
     podman,
+    process_ended,
     require,
     slurm,
     wait_for,
@@ -347,14 +348,6 @@ def test_checkpoint_that_criu_refuses_fails_cleanly(runtime: Runtime) -> None:
     assert _ok(runtime, "inspect", "--format", "{{.State.Status}}", name).strip() == "running"
 
 
-def _ended(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except FileNotFoundError:
-        return True
-    return stat[stat.rindex(b")") + 2:].split()[0] in (b"Z", b"X")
-
-
 def test_restore_from_missing_or_corrupt_images(runtime: Runtime, tmp_path: Path) -> None:
     bundle = make_bundle(tmp_path, ["sh", "-c", "while true; do sleep 0.2; done"])
     missing = runtime.scrun("restore", "-b", str(bundle), "--image-path",
@@ -369,7 +362,7 @@ def test_restore_from_missing_or_corrupt_images(runtime: Runtime, tmp_path: Path
     _scrun_ok(runtime, "checkpoint", "--image-path", str(images), "r0")
     # As with runc: once checkpoint returns, the container has stopped, and so has the
     # pid conmon waits on (podman removes conmon's files next, which conmon writes then).
-    assert _ended(pid), f"pid {pid} still runs after checkpoint returned"
+    assert process_ended(pid), f"pid {pid} still runs after checkpoint returned"
     assert json.loads(_scrun_ok(runtime, "state", "r0"))["status"] == "stopped"
     _scrun_ok(runtime, "delete", "r0")
     for core in images.glob("core-*.img"):

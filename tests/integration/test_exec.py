@@ -6,10 +6,21 @@ from a bundle) is root's, as runc is called with a bundle of root's."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import uuid
 from pathlib import Path
 
-from tests.integration.harness import IMAGE, Runtime, make_bundle, podman, podman_command_line, wait_for
+from tests.integration.harness import (
+    IMAGE,
+    Runtime,
+    make_bundle,
+    podman,
+    podman_command_line,
+    process_ended,
+    processes_mentioning,
+    wait_for,
+)
 from tests.integration.terminal import at_a_terminal
 
 
@@ -108,6 +119,38 @@ def test_runc_style_exec_of_a_command(root_runtime: Runtime, tmp_path: Path) -> 
         assert (done.returncode, done.stdout) == (3, "42 /tmp\n"), done.stderr
     finally:
         root_runtime.scrun("delete", "--force", "rx")
+
+
+def test_a_signal_to_an_exec_reaches_its_process_and_leaves_nothing(root_runtime: Runtime,
+                                                                   tmp_path: Path) -> None:
+    """`scrun exec -d --pid-file F` as conmon and containerd's shim run it, then SIGTERM to
+    that pid as they send it (podman stopping an exec session, docker's health check
+    timing out): the process gets the signal and runs its own trap, and neither it nor
+    an srun of the exec is left. Only the exec's own session used to end."""
+    bundle = make_bundle(tmp_path, ["sleep", "1000"])
+    assert root_runtime.scrun("create", "-b", str(bundle), "sx").returncode == 0
+    try:
+        assert root_runtime.scrun("start", "sx").returncode == 0
+        pid_file = tmp_path / "exec.pid"
+        tag = f"exec-{uuid.uuid4().hex[:8]}"
+        done = root_runtime.scrun(
+            "exec", "-d", "--pid-file", str(pid_file), "sx", "sh", "-c",
+            f"trap 'echo got TERM > /tmp/{tag}; exit 7' TERM; touch /tmp/{tag}.ready; "
+            "while :; do sleep 0.1; done")
+        assert done.returncode == 0, done.stderr
+        wait_for(lambda: root_runtime.scrun("exec", "sx", "test", "-e",
+                                            f"/tmp/{tag}.ready").returncode == 0,
+                 30, "the exec'd process to run")
+        session = int(pid_file.read_text())
+        os.kill(session, signal.SIGTERM)
+        wait_for(lambda: process_ended(session), 30, "the exec's session to end")
+        said = root_runtime.scrun("exec", "sx", "cat", f"/tmp/{tag}")
+        assert said.stdout == "got TERM\n", said.stderr
+        wait_for(lambda: tag not in root_runtime.scrun("exec", "sx", "ps", "-o", "args").stdout,
+                 30, "the exec'd process to end")
+        assert processes_mentioning("--job-name=scrun-exec") == []
+    finally:
+        root_runtime.scrun("delete", "--force", "sx")
 
 
 def test_ps_through_exec_lists_the_containers_processes(runtime: Runtime) -> None:

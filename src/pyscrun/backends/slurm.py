@@ -229,10 +229,12 @@ class SlurmBackend(Backend):
         srun = site.oci.SrunPath or "srun"
         if which(srun, os.environ.get("PATH")) is None:
             raise BackendError(f"{srun} not found: install slurm-client")
+        # --disable-status: a SIGINT goes to the process at once, as runc's exec passes
+        # it on (srun's own first one would only say how the step is doing).
         argv = [srun, *site.oci.SrunArgs, f"--jobid={job_id}", "--overlap", "--nodes=1",
                 "--ntasks=1", "--job-name=scrun-exec", "--quiet", "--export=ALL",
-                "--kill-on-bad-exit=0", "--chdir=/", *(["--pty"] if terminal else []),
-                "--", *exec_into_command()]
+                "--kill-on-bad-exit=0", "--disable-status", "--chdir=/",
+                *(["--pty"] if terminal else []), "--", *exec_into_command()]
         exec_env = _env(site, env)
         exec_env.pop("SLURM_JOBID", None)
         exec_env.pop("SLURM_STEP_ID", None)

@@ -33,6 +33,10 @@ from pyscrun.errors import BundleError, InvalidState, NotSupported, UsageError
 from pyscrun.fs import write_all
 from pyscrun.oci.state import RUNNING, shell_status
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 _SRUN_SAYS_EXIT = re.compile(rb"^srun: error: \S+: task \d+: Exited with exit code \d+\n?$")
 _SRUN_PREFIX = b"srun: error: "
 
@@ -85,6 +89,7 @@ def execute(ctx: Context) -> int:
         write_pid_file(pid_file, pid)
     if ctx.flag("detach"):
         return 0
+    _pass_signals_on(lambda signum: os.kill(pid, signum))
     _, wait_status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(wait_status) if os.WIFEXITED(wait_status) else 255
 
@@ -163,6 +168,12 @@ def _fork_session(argv: list[str], env: dict[str, str], through_srun: bool,
                 os.execvpe(argv[0], argv, env)
             finally:
                 os._exit(127)
+        # As runc's exec: the session's signals go to what it runs (srun gives them to
+        # the step's tasks, and the runtime's exec there to the process); on a terminal
+        # to its session's processes. A session killed outright (SIGKILL) cannot pass
+        # it on: what it ran goes on until the container ends.
+        _pass_signals_on((lambda signum: os.killpg(child, signum)) if terminal is not None
+                         else (lambda signum: os.kill(child, signum)))
         if write_fd >= 0:
             os.close(write_fd)
         if terminal is not None:
@@ -175,6 +186,21 @@ def _fork_session(argv: list[str], env: dict[str, str], through_srun: bool,
         code = shell_status(os.waitpid(child, 0)[1])
     finally:
         os._exit(code)
+
+
+def _pass_signals_on(to: Callable[[int], None]) -> None:
+    import signal
+
+    from pyscrun.child import PASSED_ON
+
+    def pass_on(signum: int, frame: object) -> None:
+        try:
+            to(signum)
+        except ProcessLookupError:
+            pass  # it has ended: its status is on its way
+
+    for signum in PASSED_ON:
+        signal.signal(signum, pass_on)
 
 
 def _isolate() -> None:

@@ -46,8 +46,6 @@ REAP_TIMEOUT = 2.0
 # How long after a container's end a kill counts as racing it (and succeeds) rather
 # than coming after it (runc's error): podman learns of the end that much later.
 KILL_RACE = 5.0
-# What `run` passes on to the container: SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGTERM.
-FORWARDED_SIGNALS = (1, 2, 3, 10, 12, 15)
 
 
 def create_container(ctx: Context, restore: dict[str, Any] | None = None,
@@ -229,6 +227,8 @@ def _forward_signals(store: Store, state: ContainerState) -> list[int]:
     included), which decides how it ends. The list fills with those forwarded."""
     import signal
 
+    from pyscrun.child import PASSED_ON
+
     # Loaded before any handler is set: a signal that came in the middle of its import
     # would find it half made (no `request` yet) and leave the container behind.
     __import__("pyscrun.anchor.protocol")
@@ -241,7 +241,7 @@ def _forward_signals(store: Store, state: ContainerState) -> list[int]:
         except ScrunError as err:
             log.current.info(f"signal {signum} not forwarded: {err}")
 
-    for signum in FORWARDED_SIGNALS:
+    for signum in PASSED_ON:
         signal.signal(signum, forward)
     return forwarded
 

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from pyscrun import log
+from pyscrun.child import PASSED_ON
 from pyscrun.conf import patterns, site
 from pyscrun.errors import ScrunError
 from pyscrun.node import sealed_program
@@ -101,10 +103,29 @@ def run(env: dict[str, str]) -> int:
         _await_running(commands)
         if sealed_program.needed():
             commands.seal_programs(("RunTimeExec",))
-        code = commands.spawn("RunTimeExec", [str(process_file)]).wait()
+        code = _run_passing_signals_on(commands, str(process_file))
         return 128 - code if code < 0 else code  # as a shell reports a death by signal
     finally:
         process_file.unlink(missing_ok=True)
+
+
+def _run_passing_signals_on(commands: RuntimeCommands, process_file: str) -> int:
+    """The runtime's exec, to its end (its status, negative if killed), given the
+    signals this process gets (srun's, or the session's), which it gives the process.
+    On a terminal it stays in this process group, the terminal's foreground one (any
+    other would be stopped reading it), where those signals reach it anyway."""
+    on_terminal = os.isatty(0)
+    runtime = commands.spawn("RunTimeExec", [process_file], own_group=not on_terminal)
+
+    def pass_on(signum: int, frame: object) -> None:
+        try:
+            os.killpg(runtime.pid, signum)
+        except ProcessLookupError:
+            pass  # it has ended: its status is on its way
+
+    for signum in PASSED_ON:
+        signal.signal(signum, signal.SIG_IGN if on_terminal else pass_on)
+    return runtime.wait()
 
 
 def main() -> None:
@@ -113,6 +134,8 @@ def main() -> None:
     except (ScrunError, OSError, KeyError, ValueError) as err:
         log.current.error(f"exec: {err}")
         code = FAILED
+    except KeyboardInterrupt:
+        code = 130  # interrupted before the process ran: as a shell reports it
     sys.exit(code)
 
 

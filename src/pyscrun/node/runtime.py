@@ -99,11 +99,12 @@ class RuntimeCommands:
 
     def spawn(self, directive: str, args: list[str] | None = None,
               stdio: tuple[int, int, int] | None = None, preserve_fds: int = 0,
-              detach: bool = False) -> child.Child:
+              detach: bool = False, own_group: bool = False) -> child.Child:
         """Start the container's own run or create, with stdio (stdin, stdout, stderr)
         or this process's own, and this process's fds 3.. (preserve_fds of them) given
         on to the container as runc takes them (`--preserve-fds N` after the command);
-        detach: a foreground verb run detached (`--detach` after the command)."""
+        detach: a foreground verb run detached (`--detach` after the command);
+        own_group: in a process group of its own."""
         command = self.command(directive, args)
         if preserve_fds:
             command += f" --preserve-fds {preserve_fds}"
@@ -111,7 +112,8 @@ class RuntimeCommands:
             command += f" {_DETACHING[-1]}"
         log.current.debug(f"{directive}: {command}")
         return child.spawn(self._shell(command), self.env, stdio or (None, None, None),
-                           (*range(3, 3 + preserve_fds), *self.sealed.values()))
+                           (*range(3, 3 + preserve_fds), *self.sealed.values()),
+                           group=0 if own_group else None)
 
     def require(self, directive: str) -> None:
         """The command for directive (pyscrun.conf's), or the line that says what to set."""
