@@ -22,12 +22,12 @@ class AnchorSide:
     """The anchor's end of two streams: each accepted, proven, taken, and spliced into
     a pipe of its own whose reader is `out[kind]`."""
 
-    def __init__(self, slow_for: float = 0.0) -> None:
+    def __init__(self, slow_for: float = 0.0, pace: float = 0.0, pace_after: int = 0) -> None:
         self.server = tcp.listen(None, loopback_only=True)
         self.port = tcp.port_of(self.server)
         self.pipes = {kind: os.pipe() for kind in (frames.STDOUT, frames.STDERR)}
         self.out = {kind: bytearray() for kind in self.pipes}
-        self.slow_for = slow_for
+        self.slow_for, self.pace, self.pace_after = slow_for, pace, pace_after
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
         self.readers = [threading.Thread(target=self._read, args=(kind,), daemon=True)
@@ -40,11 +40,15 @@ class AnchorSide:
         time.sleep(self.slow_for)
         while data := os.read(self.pipes[kind][0], 1 << 16):
             self.out[kind] += data
+            if len(self.out[kind]) >= self.pace_after:
+                time.sleep(self.pace)  # a caller that reads, slowly
 
     def _serve(self) -> None:
         taken = []
         for _ in self.pipes:
             sock = sockets.accept(self.server)
+            if self.pace:  # buffers that hold little: the container's end finds them full
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 16)
             link = peer.Peer.accepted(sock, SECRET)
             got: list[tuple[int, bytes]] = []
             with selectors.DefaultSelector() as selector:
@@ -65,24 +69,30 @@ class AnchorSide:
             sink.close()
 
 
-def _round_trip(slow_for: float, runtime_copies: bool = False) -> None:
+def _round_trip(slow_for: float, runtime_copies: bool = False, pace: float = 0.0,
+                quiet: float = 30, size: int = 8 << 20) -> None:
     """The container (or, runtime_copies, the runtime that copies its output) writes
-    both streams; the caller reads them after slow_for s."""
-    anchor = AnchorSide(slow_for)
+    both streams; the caller reads them after slow_for s, pausing pace s after each
+    read once only 4 MiB are left; the agent lets its streams finish, giving up after
+    quiet s of nothing moved."""
+    anchor = AnchorSide(slow_for, pace, size - (4 << 20))
     outputs = {kind: streams.dial("127.0.0.1", anchor.port, SECRET, 5, "0", kind)
                for kind in (frames.STDOUT, frames.STDERR)}
+    if pace:
+        for sock in outputs.values():
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 16)
     stdio = ContainerStdio(with_stdin=False, outputs=outputs)
     # The container's ends, as the runtime holds them once the agent let go of its own.
     out_w, err_w = (os.dup(fd) for fd in stdio.child_ends(runtime_copies)[1:])
     stdio.spawned()
     # The container's writes: distinct bytes, so that any loss or reordering shows.
-    sent = {frames.STDOUT: bytes(range(256)) * 32768, frames.STDERR: b"err\n" * 100000}
+    sent = {frames.STDOUT: bytes(range(256)) * (size // 256), frames.STDERR: b"err\n" * 100000}
     for fd, kind in ((out_w, frames.STDOUT), (err_w, frames.STDERR)):
         view = memoryview(sent[kind])
         while view:
             view = view[os.write(fd, view[:65536]):]
         os.close(fd)
-    stdio.finish(timeout=30)
+    stdio.finish(quiet)
     anchor.thread.join(30)
     for reader in anchor.readers:
         reader.join(30)
@@ -96,6 +106,13 @@ def test_streams_arrive_whole_in_order_and_end() -> None:
 
 def test_a_slow_reader_slows_the_container_and_loses_nothing() -> None:
     _round_trip(slow_for=1.0)
+
+
+def test_a_reader_slower_than_the_agents_wait_still_gets_the_whole_output() -> None:
+    """The container ends with megabytes still to read, and the caller reads them for
+    longer than the agent waits for a stream that moves nothing: as long as they move,
+    all of them arrive. The wait was for the whole, and cut them short."""
+    _round_trip(slow_for=0.0, pace=0.03, quiet=0.3)
 
 
 def test_a_runtime_that_copies_the_output_writes_the_connections_themselves() -> None:
@@ -142,6 +159,30 @@ def test_tasks_sharing_the_callers_output_never_cut_each_other_s_lines() -> None
                           (0, b"two parts\ntask 0 ends without a newline")])
     assert sorted(lines) == [b"task 0 ends without a newline", b"task 0 says a line in two parts",
                              b"task 1 says one"]
+
+
+def test_a_task_that_writes_before_the_others_stream_comes_keeps_its_lines_whole() -> None:
+    """Task 0 starts a line before task 1's stream is taken (its node is slower): the
+    step's task count, told with each stream, keeps lines whole from the first byte.
+    Task 1's line used to land in the middle of task 0's."""
+    read_end, write_end = os.pipe()
+    sink = Sink(write_end)
+    pairs = [socket.socketpair() for _ in range(2)]
+    movers = []
+    for task, text in ((0, b"task 0 starts a line "), (1, b"task 1 line\n")):
+        movers.append(stream_into(sink, pairs[task][0], lambda: None, tasks=2))
+        movers[-1].thread.start()
+        pairs[task][1].sendall(text)
+        time.sleep(0.2)
+    pairs[0][1].sendall(b"and ends it\n")
+    for _, theirs in pairs:
+        theirs.close()
+    for mover in movers:
+        mover.thread.join(30)
+    sink.close()
+    with os.fdopen(read_end, "rb") as caller:
+        assert sorted(caller.read().splitlines()) == [b"task 0 starts a line and ends it",
+                                                      b"task 1 line"]
 
 
 def test_tasks_sharing_a_full_pipe_wait_for_the_caller_and_lose_nothing() -> None:

@@ -30,7 +30,7 @@ class AgentPort:
     def __init__(self, selector: poller.Poller, agents: Agents, secret: bytes,
                  port_range: tuple[int, int] | None, loopback_only: bool,
                  on_event: Callable[[AgentLink, dict[str, Any]], None],
-                 on_stream: Callable[[_socket.socket, int], bool],
+                 on_stream: Callable[[_socket.socket, int, int], bool],
                  on_gone: Callable[[AgentLink], None]) -> None:
         self.selector = selector
         self.agents = agents
@@ -161,7 +161,9 @@ class AgentPort:
         self.strangers.discard(link)
         watch(self.selector, link.peer.sock, 0, link)
         link.stream = True
-        if not self.on_stream(link.peer.sock, message["stream"]):
+        tasks = message.get("tasks")
+        if not self.on_stream(link.peer.sock, message["stream"],
+                              tasks if isinstance(tasks, int) and tasks > 0 else 1):
             link.peer.close()
 
 

@@ -318,11 +318,11 @@ class Anchor(Moving):
             assert self.control is not None
             self.control.ready(data)
 
-    def _agent_stream(self, sock: _socket.socket, kind: int) -> bool:
+    def _agent_stream(self, sock: _socket.socket, kind: int, tasks: int) -> bool:
         """A task's output stream to take; False if none is wanted."""
         if self.stdio is None:
             return False
-        self.stdio.take(sock, kind)
+        self.stdio.take(sock, kind, tasks=tasks)
         return True
 
     def _read_stdin(self) -> None:

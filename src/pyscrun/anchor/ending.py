@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from pyscrun.anchor.control import Connection, ControlSocket
 
 # Once the step ended, how long its agents' last frames (output, status) may take to
-# arrive, and the caller to take the output.
+# arrive; and how long the container's output may move nothing (a caller that stopped
+# reading for good) before what is left of it is given up.
 DRAIN_TIMEOUT = 10.0
 # Once every task reported its container's end, how long the step may take to end by
 # itself (its agents remove what is left of their containers first).

@@ -16,7 +16,6 @@ import _thread
 import os
 import select
 import stat
-import time
 
 from pyscrun.channel import frames, streams
 from pyscrun.watch import widen_pipe
@@ -43,7 +42,9 @@ class Sink:
         self.sock: _socket.socket | None = None
         self.pipe = False  # takes the streams spliced in
         self.gone = False  # its reader is gone: what comes is dropped
-        self.tasks = 0  # the tasks' streams that write here
+        # The tasks that write here: those whose streams it took, or as many as their
+        # step has (some may still come).
+        self.tasks = 0
         # Held by a stream's thread while it writes whole lines: once several tasks
         # write here, no task's line is cut by another's, as srun keeps them.
         self.lines = _thread.allocate_lock()
@@ -149,13 +150,13 @@ class Sink:
 
 
 def stream_into(sink: Sink, sock: _socket.socket, on_end: Callable[[], None],
-                task: bool = True) -> streams.Mover:
-    """What arrives on a stream connection (a task's, or the launcher's own output),
-    moved into sink by a thread (not started yet); on_end is called in it once the
-    stream has ended."""
+                task: bool = True, tasks: int = 1) -> streams.Mover:
+    """What arrives on a stream connection (a task's of a step of tasks, or the
+    launcher's own output), moved into sink by a thread (not started yet); on_end is
+    called in it once the stream has ended."""
     sock.setblocking(False)
     if task:
-        sink.tasks += 1
+        sink.tasks = max(sink.tasks + 1, tasks)
     pending = bytearray()
     return streams.Mover(sock.fileno(), sock, lambda stop: sink.take_from(sock, stop, pending),
                          on_end)
@@ -172,10 +173,12 @@ class CallerStdio:
         # Written by a stream's thread at its end, read by the anchor's loop.
         self.wake_fd, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
 
-    def take(self, sock: _socket.socket, kind: int, launcher: bool = False) -> None:
-        """A task's output stream (kind: frames.STDOUT or STDERR), or the launcher's
-        own output of that kind, from now on."""
-        stream = stream_into(self.sinks[kind], sock, self._wake, task=not launcher)
+    def take(self, sock: _socket.socket, kind: int, launcher: bool = False,
+             tasks: int = 1) -> None:
+        """A task's output stream (kind: frames.STDOUT or STDERR; its step has tasks),
+        or the launcher's own output of that kind, from now on."""
+        stream = stream_into(self.sinks[kind], sock, self._wake, task=not launcher,
+                             tasks=tasks)
         self.streams.append(stream)
         if launcher:
             self.launcher_streams.append(stream)
@@ -219,11 +222,11 @@ class CallerStdio:
             os.close(self.stdin_fd)
             self.stdin_fd = -1
 
-    def finish_tasks(self, timeout: float) -> None:
-        """Let the tasks' streams end (up to timeout), the launcher's left running."""
-        deadline = time.monotonic() + timeout
+    def finish_tasks(self, quiet: float) -> None:
+        """Let the tasks' streams end (each given up once quiet seconds pass with
+        nothing moved), the launcher's left running."""
         for stream in [s for s in self.streams if s not in self.launcher_streams]:
-            stream.finish(deadline)
+            stream.finish(quiet)
             self._forget(stream)
 
     def let_go_of_caller(self) -> None:
@@ -232,12 +235,12 @@ class CallerStdio:
         for sink in self.sinks.values():
             sink.let_go()
 
-    def finish(self, timeout: float) -> None:
-        """Let the streams end (up to timeout: a caller that stopped reading, or an
-        agent that never ended its stream), then let go of the caller's descriptors."""
-        deadline = time.monotonic() + timeout
+    def finish(self, quiet: float) -> None:
+        """Let the streams end (each given up once quiet seconds pass with nothing
+        moved: a caller that stopped reading, or an agent that never ended its stream),
+        then let go of the caller's descriptors."""
         for stream in list(self.streams):
-            stream.finish(deadline)
+            stream.finish(quiet)
             self._forget(stream)
         for sink in self.sinks.values():
             sink.close()

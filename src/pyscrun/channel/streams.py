@@ -40,20 +40,23 @@ TAKEN = "stream-ok"
 
 
 def dial(host: str, port: int, secret: bytes, timeout: float, task: str, kind: int,
-         ) -> _socket.socket:
-    """A connection for stream kind (frames.STDOUT or STDERR) of task, ready for its
-    raw bytes (non-blocking)."""
-    return claim({kind: peer.dial(host, port, secret, timeout)}, task, timeout)[kind]
+         tasks: int = 1) -> _socket.socket:
+    """A connection for stream kind (frames.STDOUT or STDERR) of task (of a step of
+    tasks), ready for its raw bytes (non-blocking)."""
+    return claim({kind: peer.dial(host, port, secret, timeout)}, task, timeout, tasks)[kind]
 
 
-def claim(links: dict[int, peer.Peer], task: str, timeout: float) -> dict[int, _socket.socket]:
-    """Each proven connection named as task's stream of its kind, all named before any
-    answer is awaited; once the anchor took them, their sockets, ready for raw bytes
-    (non-blocking). Each is closed if any fails."""
+def claim(links: dict[int, peer.Peer], task: str, timeout: float,
+          tasks: int = 1) -> dict[int, _socket.socket]:
+    """Each proven connection named as task's stream of its kind (and how many tasks
+    the step has: the anchor keeps their lines whole from the first one on), all named
+    before any answer is awaited; once the anchor took them, their sockets, ready for
+    raw bytes (non-blocking). Each is closed if any fails."""
     deadline = time.monotonic() + timeout
     with peer.ClosedOnFailure(list(links.values()), f"a stream of task {task}"):
         for kind, link in links.items():
-            if not link.send_message({"op": HELLO, "task": task, "stream": kind}, timeout):
+            if not link.send_message({"op": HELLO, "task": task, "stream": kind,
+                                      "tasks": tasks}, timeout):
                 raise ChannelError(f"stream {kind}: could not name it to the anchor")
         for kind, link in links.items():
             _await_taken(link, kind, deadline)
@@ -103,6 +106,9 @@ class Mover:
         self.ended = False
         self.stop = Flag()
         self.thread = Thread(self._run)
+        # When a step last returned: something moved (a step waits while the target
+        # takes nothing), or the stream ended.
+        self.moved_at = 0.0
 
     def _run(self) -> None:
         source = select.poll()
@@ -112,6 +118,7 @@ class Mover:
                 if source.poll(WAIT * 1000):
                     if not self.step(self.stop):
                         break
+                    self.moved_at = time.monotonic()
                     time.sleep(GATHER)
         except OSError:
             pass  # the other end is gone: nobody reads, or sends, this stream any more
@@ -119,10 +126,17 @@ class Mover:
             self.ended = True
             self.on_end()
 
-    def finish(self, deadline: float) -> None:
-        """Let the stream end until deadline, else give up on it: the thread is told to
-        stop and its connection shut down (a send blocked on it returns)."""
-        self.thread.join(max(0.0, deadline - time.monotonic()))
+    def finish(self, quiet: float) -> None:
+        """Let the stream end. Given up on (the thread told to stop, its connection shut
+        down: a send blocked on it returns) only once quiet seconds pass with nothing
+        moved: a process that holds the stream without writing, or a reader that
+        stopped for good. A slow reader is waited for: nothing it reads is cut."""
+        self.moved_at = time.monotonic()
+        while self.thread.is_alive():
+            left = self.moved_at + quiet - time.monotonic()
+            if left <= 0:
+                break
+            self.thread.join(min(left, WAIT))
         if self.thread.is_alive():
             self.stop.set()
             try:

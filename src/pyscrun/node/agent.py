@@ -36,8 +36,9 @@ if TYPE_CHECKING:
 _FORWARDED_SIGNALS = (_signal.SIGTERM, _signal.SIGINT, _signal.SIGHUP, _signal.SIGQUIT,
                       _signal.SIGUSR1, _signal.SIGUSR2, _signal.SIGCONT)
 DIAL_TIMEOUT = 10.0
-# How long the agent sends what is left of the container's output once it ended (a
-# process of the container may still hold its stdout), and then its status.
+# Once the container ended, how long its output may move nothing before what is left
+# is given up (a process of the container may still hold its stdout, or the anchor
+# take nothing): then its status goes. A slow reader is waited for.
 OUTPUT_DRAIN_TIMEOUT = 10.0
 # How long a runtime may take to end once its container was sent SIGKILL.
 RUNTIME_AFTER_KILL = 5.0
@@ -100,12 +101,13 @@ class Agent(ContainerModes):
         kinds = (frames.STDOUT, frames.STDERR) if streaming else ()
         self.control, *outputs = peer.dial_all(*anchor_address(self.env), DIAL_TIMEOUT,
                                                1 + len(kinds))
+        tasks = int(self.env.get("SLURM_NTASKS") or 1)
         self.control.send(frames.message({
             "op": "agent-hello", "task": self.ident.task_id, "node": self.ident.node,
-            "step": self.ident.step_id, "tasks": int(self.env.get("SLURM_NTASKS") or 1)}))
+            "step": self.ident.step_id, "tasks": tasks}))
         if streaming:
             sockets = streams.claim(dict(zip(kinds, outputs, strict=True)), self.ident.task_id,
-                                    DIAL_TIMEOUT)
+                                    DIAL_TIMEOUT, tasks)
             self.stdio = ContainerStdio(with_stdin=self.ident.task_id == "0", outputs=sockets,
                                         label=labels.label_of(self.env))
             self.stdio.attach(self.selector)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import _socket
 import os
-import time
 
 from pyscrun import poller
 from pyscrun.channel import frames, streams
@@ -128,9 +127,10 @@ class ContainerStdio:
         return 0
 
     # -- the end -----------------------------------------------------------------------
-    def finish(self, timeout: float) -> None:
+    def finish(self, quiet: float) -> None:
         """The container has ended: send what is left of its output, up to the end of
-        each stream (or until timeout, should something of it still hold a pipe)."""
+        each stream (given up once quiet seconds pass with nothing moved, should
+        something of it still hold a pipe)."""
         if self.outputs:  # the runtime never started: nothing writes the streams
             for sock in self.outputs:
                 sock.close()
@@ -142,9 +142,8 @@ class ContainerStdio:
                 watch(self.selector, self.stdin_w, 0, self.STDIN_KEY)
             os.close(self.stdin_w)
             self.stdin_w = -1
-        deadline = time.monotonic() + timeout
         for pump in self.pumps:
-            pump.finish(deadline)
+            pump.finish(quiet)
             os.close(pump.source)
         self.pumps.clear()
 
