@@ -82,7 +82,8 @@ def at_a_terminal(command: str, result: Path, status: int = 5, resize: bool = Tr
                   start_timeout: float = 60) -> None:
     """Run the shell command (an interactive `sh` in a container) in a 100x30 terminal:
     its prompt comes, what is typed runs there at that size, a resize to 80x20 reaches
-    it (if resize), and `exit STATUS` ends it with that status (written to result)."""
+    it and its SIGWINCH the shell (if resize), and `exit STATUS` ends it with that
+    status (written to result)."""
     with terminal() as term:
         term.run(command, result)
         wait_for(lambda: "#" in term.screen(), start_timeout, "the container's prompt")
@@ -90,8 +91,11 @@ def at_a_terminal(command: str, result: Path, status: int = 5, resize: bool = Tr
         term.answers("echo typed$((40+2)); stty size", "30 100", 20)
         assert "typed42" in term.screen(), term.screen()
         if resize:
+            # The shell is told of the resize (SIGWINCH), as full-screen programs must be.
+            term.type("trap 'echo WINCH$((1+1))' WINCH")
             term.resize(80, 20)
             term.answers("stty size", "20 80", 10)
+            wait_for(lambda: "WINCH2" in term.screen(), 10, "the shell to be told of the resize")
         term.type(f"exit {status}")
         wait_for(result.exists, 30, "the exit status")
         assert result.read_text().strip() == str(status), term.screen()
