@@ -189,6 +189,9 @@ def _fork_session(argv: list[str], env: dict[str, str], through_srun: bool,
 
 
 def _pass_signals_on(to: Callable[[int], None]) -> None:
+    """The signals runc's exec passes on, given to `to`. At a terminal, what its keys
+    send (Ctrl-C, Ctrl-\\) reaches every process of its foreground group, srun too: it
+    is not passed on again."""
     import signal
 
     from pyscrun.child import PASSED_ON
@@ -199,8 +202,9 @@ def _pass_signals_on(to: Callable[[int], None]) -> None:
         except ProcessLookupError:
             pass  # it has ended: its status is on its way
 
+    from_keys = (signal.SIGINT, signal.SIGQUIT) if os.isatty(0) else ()
     for signum in PASSED_ON:
-        signal.signal(signum, pass_on)
+        signal.signal(signum, signal.SIG_IGN if signum in from_keys else pass_on)
 
 
 def _isolate() -> None:
