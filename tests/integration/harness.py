@@ -66,6 +66,12 @@ class Runtime:
         return self.conf_dir / "slurm.conf"
 
     @property
+    def run_mode(self) -> bool:
+        """Whether its runtime runs in run mode (RunTimeRun, or no oci.conf at all)."""
+        conf = self.conf_dir / "oci.conf"
+        return not conf.exists() or "RunTimeRun=" in conf.read_text()
+
+    @property
     def base(self) -> Path:
         """The test's directory (the account's): the wrapper, the log, what the test makes."""
         return self.wrapper.parent

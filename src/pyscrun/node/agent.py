@@ -321,11 +321,7 @@ class Agent(ContainerModes):
     def main(self) -> int:
         task = Task(self.conf, self.ident, self.env)
         self.task_dir = task.dir
-        # A terminal in create/start mode is the container's stdio, but not its
-        # controlling terminal (runc's init has a session of its own): the kernel tells
-        # a resize to this process, which tells the container.
-        resized = (_signal.SIGWINCH,) if os.isatty(0) and not self.conf.run_mode else ()
-        selfpipe.install(self.selector, (*_FORWARDED_SIGNALS, *resized, *(
+        selfpipe.install(self.selector, (*_FORWARDED_SIGNALS, *(
             (self.move_signal,) if self.move_signal else ())), "signal")
         self.connect()
         try:
