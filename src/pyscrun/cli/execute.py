@@ -168,10 +168,11 @@ def _fork_session(argv: list[str], env: dict[str, str], through_srun: bool,
                 os.execvpe(argv[0], argv, env)
             finally:
                 os._exit(127)
-        # As runc's exec: the session's signals go to what it runs (srun gives them to
-        # the step's tasks, and the runtime's exec there to the process); on a terminal
-        # to its session's processes. A session killed outright (SIGKILL) cannot pass
-        # it on: what it ran goes on until the container ends.
+        # As runc's exec: the session's signals go to what it runs: locally the
+        # runtime's exec, which gives them to the process; through Slurm srun, which
+        # gives SIGINT, SIGUSR1 and SIGUSR2 to the step's tasks as they are and ends the
+        # step on SIGTERM, SIGHUP or SIGQUIT; on a terminal its session's processes. A
+        # session killed outright (SIGKILL) cannot pass it on: what it ran goes on.
         _pass_signals_on((lambda signum: os.killpg(child, signum)) if terminal is not None
                          else (lambda signum: os.kill(child, signum)))
         if write_fd >= 0:

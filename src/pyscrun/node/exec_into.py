@@ -116,10 +116,11 @@ def _run_passing_signals_on(commands: RuntimeCommands, process_file: str) -> int
     other would be stopped reading it), where those signals reach it anyway."""
     on_terminal = os.isatty(0)
     runtime = commands.spawn("RunTimeExec", [process_file], own_group=not on_terminal)
+    group = os.getpgrp() if on_terminal else runtime.pid
 
     def pass_on(signum: int, frame: object) -> None:
         try:
-            os.killpg(runtime.pid, signum)
+            os.killpg(group, signum)
         except ProcessLookupError:
             pass  # it has ended: its status is on its way
 
