@@ -22,12 +22,12 @@ class AnchorSide:
     """The anchor's end of two streams: each accepted, proven, taken, and spliced into
     a pipe of its own whose reader is `out[kind]`."""
 
-    def __init__(self, slow_for: float = 0.0, pace: float = 0.0, pace_after: int = 0) -> None:
+    def __init__(self, slow_for: float = 0.0) -> None:
         self.server = tcp.listen(None, loopback_only=True)
         self.port = tcp.port_of(self.server)
         self.pipes = {kind: os.pipe() for kind in (frames.STDOUT, frames.STDERR)}
         self.out = {kind: bytearray() for kind in self.pipes}
-        self.slow_for, self.pace, self.pace_after = slow_for, pace, pace_after
+        self.slow_for = slow_for
         self.thread = threading.Thread(target=self._serve, daemon=True)
         self.thread.start()
         self.readers = [threading.Thread(target=self._read, args=(kind,), daemon=True)
@@ -40,15 +40,11 @@ class AnchorSide:
         time.sleep(self.slow_for)
         while data := os.read(self.pipes[kind][0], 1 << 16):
             self.out[kind] += data
-            if len(self.out[kind]) >= self.pace_after:
-                time.sleep(self.pace)  # a caller that reads, slowly
 
     def _serve(self) -> None:
         taken = []
         for _ in self.pipes:
             sock = sockets.accept(self.server)
-            if self.pace:  # buffers that hold little: the container's end finds them full
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 16)
             link = peer.Peer.accepted(sock, SECRET)
             got: list[tuple[int, bytes]] = []
             with selectors.DefaultSelector() as selector:
@@ -69,30 +65,24 @@ class AnchorSide:
             sink.close()
 
 
-def _round_trip(slow_for: float, runtime_copies: bool = False, pace: float = 0.0,
-                quiet: float = 30, size: int = 8 << 20) -> None:
+def _round_trip(slow_for: float, runtime_copies: bool = False) -> None:
     """The container (or, runtime_copies, the runtime that copies its output) writes
-    both streams; the caller reads them after slow_for s, pausing pace s after each
-    read once only 4 MiB are left; the agent lets its streams finish, giving up after
-    quiet s of nothing moved."""
-    anchor = AnchorSide(slow_for, pace, size - (4 << 20))
+    both streams; the caller reads them after slow_for s."""
+    anchor = AnchorSide(slow_for)
     outputs = {kind: streams.dial("127.0.0.1", anchor.port, SECRET, 5, "0", kind)
                for kind in (frames.STDOUT, frames.STDERR)}
-    if pace:
-        for sock in outputs.values():
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 16)
     stdio = ContainerStdio(with_stdin=False, outputs=outputs)
     # The container's ends, as the runtime holds them once the agent let go of its own.
     out_w, err_w = (os.dup(fd) for fd in stdio.child_ends(runtime_copies)[1:])
     stdio.spawned()
     # The container's writes: distinct bytes, so that any loss or reordering shows.
-    sent = {frames.STDOUT: bytes(range(256)) * (size // 256), frames.STDERR: b"err\n" * 100000}
+    sent = {frames.STDOUT: bytes(range(256)) * 32768, frames.STDERR: b"err\n" * 100000}
     for fd, kind in ((out_w, frames.STDOUT), (err_w, frames.STDERR)):
         view = memoryview(sent[kind])
         while view:
             view = view[os.write(fd, view[:65536]):]
         os.close(fd)
-    stdio.finish(quiet)
+    stdio.finish(quiet=30)
     anchor.thread.join(30)
     for reader in anchor.readers:
         reader.join(30)
@@ -108,16 +98,51 @@ def test_a_slow_reader_slows_the_container_and_loses_nothing() -> None:
     _round_trip(slow_for=1.0)
 
 
-def test_a_reader_slower_than_the_agents_wait_still_gets_the_whole_output() -> None:
-    """The container ends with megabytes still to read, and the caller reads them for
-    longer than the agent waits for a stream that moves nothing: as long as they move,
-    all of them arrive. The wait was for the whole, and cut them short."""
-    _round_trip(slow_for=0.0, pace=0.03, quiet=0.3)
-
-
 def test_a_runtime_that_copies_the_output_writes_the_connections_themselves() -> None:
     _round_trip(slow_for=0.0, runtime_copies=True)
     _round_trip(slow_for=1.0, runtime_copies=True)
+
+
+def _stream_moving_for(seconds: float | None) -> streams.Mover:
+    """A stream whose every step moves something after 0.1 s, ending by itself after
+    seconds of it (None: a step that never returns, as a reader gone for good)."""
+    read_end, write_end = os.pipe()
+    os.write(write_end, b"x")  # always readable: each step has something to move
+    steps = 0
+
+    def step(stop: object) -> bool:
+        nonlocal steps
+        if seconds is None:
+            while not mover.stop.is_set():
+                time.sleep(0.01)
+            return False
+        time.sleep(0.1)
+        steps += 1
+        return steps * 0.1 < seconds
+
+    ours, theirs = socket.socketpair()
+    mover = streams.Mover(read_end, ours, step)
+    mover.thread.start()
+    return mover
+
+
+def test_a_stream_that_keeps_moving_is_waited_for_past_the_quiet_time() -> None:
+    """The container has ended and its output still moves, slowly (a slow reader): the
+    stream is let end by itself, however long that takes, as long as it moves. The wait
+    used to bound the whole, and cut the end off."""
+    mover = _stream_moving_for(2.0)
+    started = time.monotonic()
+    mover.finish(0.5)
+    assert mover.ended and not mover.stop.is_set()
+    assert time.monotonic() - started >= 1.5
+
+
+def test_a_stream_that_moves_nothing_is_given_up_after_the_quiet_time() -> None:
+    mover = _stream_moving_for(None)
+    started = time.monotonic()
+    mover.finish(0.5)
+    assert mover.ended and mover.stop.is_set()
+    assert time.monotonic() - started < 5
 
 
 def _shared_pipe(parts: list[tuple[int, bytes]], slow_for: float = 0.0) -> list[bytes]:
