@@ -120,7 +120,7 @@ def _stream_moving_for(seconds: float | None) -> streams.Mover:
         steps += 1
         return steps * 0.1 < seconds
 
-    ours, theirs = socket.socketpair()
+    ours, _ = socket.socketpair()  # the stream's connection: nothing goes through it
     mover = streams.Mover(read_end, ours, step)
     mover.thread.start()
     return mover
