@@ -24,7 +24,7 @@ from pyscrun.errors import Interrupted
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Callable, Iterable, Mapping
 
 _DEFAULT_IN_CHILD = (_signal.SIGPIPE, _signal.SIGXFSZ)
 # What a command run in the foreground passes on to what it runs, as `runc run` and
@@ -103,6 +103,21 @@ def spawn(argv: list[str], env: Mapping[str, str],
                            setsigdef=_DEFAULT_IN_CHILD, setpgroup=group))
     return Child(start(argv[0], argv, env, file_actions=actions, setsigdef=_DEFAULT_IN_CHILD,
                        setsid=new_session))
+
+
+def pass_signals_on(to: Callable[[int], None], ignored: Iterable[int] = ()) -> None:
+    """Each of PASSED_ON this process gets from now on, given to `to` (a target that has
+    ended is let be: its status is on its way); those in ignored, ignored."""
+    import signal
+
+    def pass_on(signum: int, frame: object) -> None:
+        try:
+            to(signum)
+        except ProcessLookupError:
+            pass
+
+    for signum in PASSED_ON:
+        signal.signal(signum, signal.SIG_IGN if signum in ignored else pass_on)
 
 
 def ends_within(pid: int, timeout: float) -> bool:

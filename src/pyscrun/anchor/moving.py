@@ -125,9 +125,6 @@ class Moving(Ending):
         self.move_dir = tempfile.mkdtemp(prefix=f"{self.state.id}.", suffix=".move", dir=base)
         return self.move_dir
 
-    def _move_images(self) -> str:
-        return self.move_dir
-
     def _dumped_for_move(self, reply: dict[str, Any]) -> None:
         """The move's checkpoint is over: its tasks now end, or they go on where it failed."""
         if reply.get("ok"):
@@ -135,7 +132,7 @@ class Moving(Ending):
             return
         log.current.error(f"the container cannot move: {reply.get('error')}; "
                           "it ends with its job")
-        remove_tree(self._move_images())
+        remove_tree(self.move_dir)
         self.move_phase = ""
 
     def _kill(self, signum: int, every: bool = False) -> None:
@@ -156,7 +153,7 @@ class Moving(Ending):
         super()._end_if_drained()
 
     def _carry_over(self) -> None:
-        images = self._move_images()
+        images = self.move_dir
         order: dict[str, Any] = {"image_path": images, "work_path": "",
                                  "tasks": self.agents.tasks}
         self.move_phase = RESTORING
@@ -194,7 +191,7 @@ class Moving(Ending):
         """A move under way ends with the container: its images go (MoveImagePath is not
         the spool dir, which delete removes)."""
         if self.move_phase:
-            remove_tree(self._move_images())
+            remove_tree(self.move_dir)
             self.move_phase = ""
         return super()._finish(status)
 
@@ -218,7 +215,7 @@ class Moving(Ending):
         if not self.agents.all_running():
             return
         if self.move_phase == RESTORING:
-            remove_tree(self._move_images())
+            remove_tree(self.move_dir)
             self.move_phase = ""
             log.current.info(f"container moved to job {self.state.job_id}")
         self._move_when_running()

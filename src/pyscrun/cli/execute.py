@@ -195,17 +195,9 @@ def _pass_signals_on(to: Callable[[int], None]) -> None:
     is not passed on again."""
     import signal
 
-    from pyscrun.child import PASSED_ON
+    from pyscrun.child import pass_signals_on
 
-    def pass_on(signum: int, frame: object) -> None:
-        try:
-            to(signum)
-        except ProcessLookupError:
-            pass  # it has ended: its status is on its way
-
-    from_keys = (signal.SIGINT, signal.SIGQUIT) if os.isatty(0) else ()
-    for signum in PASSED_ON:
-        signal.signal(signum, signal.SIG_IGN if signum in from_keys else pass_on)
+    pass_signals_on(to, (signal.SIGINT, signal.SIGQUIT) if os.isatty(0) else ())
 
 
 def _isolate() -> None:

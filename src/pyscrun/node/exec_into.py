@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from pyscrun import log
-from pyscrun.child import PASSED_ON
+from pyscrun.child import PASSED_ON, pass_signals_on
 from pyscrun.conf import patterns, site
 from pyscrun.errors import ScrunError
 from pyscrun.node import sealed_program
@@ -116,16 +115,8 @@ def _run_passing_signals_on(commands: RuntimeCommands, process_file: str) -> int
     other would be stopped reading it), where those signals reach it anyway."""
     on_terminal = os.isatty(0)
     runtime = commands.spawn("RunTimeExec", [process_file], own_group=not on_terminal)
-    group = os.getpgrp() if on_terminal else runtime.pid
-
-    def pass_on(signum: int, frame: object) -> None:
-        try:
-            os.killpg(group, signum)
-        except ProcessLookupError:
-            pass  # it has ended: its status is on its way
-
-    for signum in PASSED_ON:
-        signal.signal(signum, signal.SIG_IGN if on_terminal else pass_on)
+    pass_signals_on(lambda signum: os.killpg(runtime.pid, signum),
+                    PASSED_ON if on_terminal else ())
     return runtime.wait()
 
 
