@@ -47,6 +47,10 @@ class RuntimeCommandError(ScrunError):
     """A RunTime* command from oci.conf failed."""
 
 
+class ExecFailed(ScrunError):
+    """exec could not start its process in the container (runc exits 255 for it)."""
+
+
 class BackendError(ScrunError):
     """The scheduler (or the local backend) refused or failed an operation."""
 

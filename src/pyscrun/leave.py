@@ -13,7 +13,7 @@ import os
 import sys
 
 from pyscrun import log
-from pyscrun.errors import ScrunError, UsageError
+from pyscrun.errors import ExecFailed, ScrunError, UsageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -32,9 +32,11 @@ def leave(status: int) -> NoReturn:
 
 
 # The one place where errors become exit codes. runc uses 1 for every failure;
-# usage errors get 2, as argument parsers conventionally do.
+# usage errors get 2, as argument parsers conventionally do; exec's failure to start its
+# process 255, as runc's.
 EXIT_CODES: dict[type[BaseException], int] = {
     UsageError: 2,
+    ExecFailed: 255,
     ScrunError: 1,
     KeyboardInterrupt: 130,
 }

@@ -53,6 +53,34 @@ def test_podman_exec_runs_in_the_container_with_its_status_and_stdio(runtime: Ru
         podman(runtime, "rm", "-f", "-t", "0", name)
 
 
+def test_a_command_the_container_lacks_gives_podmans_127_and_126(runtime: Runtime) -> None:
+    """As with runc: a missing command is 127 and one that cannot run 126, and `exec -d`
+    of one fails (exec used to report them only as the process's 255, once running);
+    the lookup is the container's as it is now, a command it wrote since it began
+    included."""
+    name = _running(runtime)
+    try:
+        made = podman(runtime, "exec", name, "sh", "-c",
+                      "printf '#!/bin/sh\\necho made\\n' > /tmp/made; chmod +x /tmp/made; "
+                      "echo data > /tmp/plain")
+        assert made.returncode == 0, made.stderr
+        ran = podman(runtime, "exec", name, "/tmp/made")
+        assert (ran.returncode, ran.stdout) == (0, b"made\n"), ran.stderr
+        missing = podman(runtime, "exec", name, "no-such-command")
+        assert missing.returncode == 127, missing.stderr
+        assert b"executable file not found" in missing.stderr
+        # podman's own code for a detached exec that fails, with runc too.
+        detached = podman(runtime, "exec", "-d", name, "/no/such/file")
+        assert detached.returncode == 125, detached.stderr
+        assert b"no such file or directory" in detached.stderr
+        cannot = podman(runtime, "exec", name, "/tmp/plain")
+        assert cannot.returncode == 126, cannot.stderr
+        assert b"permission denied" in cannot.stderr
+        assert processes_mentioning("--job-name=scrun-exec") == []
+    finally:
+        podman(runtime, "rm", "-f", "-t", "0", name)
+
+
 def test_podman_exec_it_gives_a_working_terminal(runtime: Runtime, tmp_path: Path) -> None:
     """`podman exec -it NAME sh` under tmux: typed commands run at the terminal's size,
     a resize reaches the shell, and its exit status is podman's."""
@@ -119,6 +147,27 @@ def test_runc_style_exec_of_a_command(root_runtime: Runtime, tmp_path: Path) -> 
         assert (done.returncode, done.stdout) == (3, "42 /tmp\n"), done.stderr
     finally:
         root_runtime.scrun("delete", "--force", "rx")
+
+
+def test_runc_style_exec_of_a_missing_command_fails_in_one_line(root_runtime: Runtime,
+                                                                tmp_path: Path) -> None:
+    """`scrun exec -d --pid-file F ID CMD` of a command the container lacks exits 255
+    with runc's words, in one line, writes no pid file and leaves no srun."""
+    bundle = make_bundle(tmp_path, ["sleep", "1000"])
+    assert root_runtime.scrun("create", "-b", str(bundle), "mx").returncode == 0
+    try:
+        assert root_runtime.scrun("start", "mx").returncode == 0
+        pid_file = tmp_path / "exec.pid"
+        done = root_runtime.scrun("exec", "-d", "--pid-file", str(pid_file), "mx",
+                                  "no-such-command")
+        assert done.returncode == 255
+        assert done.stderr == ('scrun: error: exec failed: unable to start container '
+                               'process: exec: "no-such-command": executable file not '
+                               'found in $PATH\n')
+        assert not pid_file.exists()
+        assert processes_mentioning("--job-name=scrun-exec") == []
+    finally:
+        root_runtime.scrun("delete", "--force", "mx")
 
 
 def test_a_signal_to_an_exec_reaches_its_process_and_leaves_nothing(root_runtime: Runtime,

@@ -115,6 +115,10 @@ def test_update_takes_runc_sizes_and_spelling(local_runtime: Runtime, tmp_path: 
         assert _cgroup_file(pid, "cpu", "cpu.shares") == "512\n"
         assert local_runtime.scrun("update", "--memory", "1.5g", "up").returncode == 0
         assert _cgroup_file(pid, "memory", "memory.limit_in_bytes") == f"{3 << 29}\n"
+        # As runc's: nothing to change changes nothing, and is no error.
+        assert local_runtime.scrun("update", "up").returncode == 0
+        assert _cgroup_file(pid, "memory", "memory.limit_in_bytes") == f"{3 << 29}\n"
+        assert local_runtime.scrun("update", "no-such-id").returncode == 1
         bad = local_runtime.scrun("update", "--memory", "1e3", "up")
         assert bad.returncode == 2
         assert bad.stderr.startswith("scrun: error: update: --memory needs a size")

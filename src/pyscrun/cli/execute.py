@@ -29,8 +29,9 @@ from pyscrun import identity
 from pyscrun.backends.slurm import await_terminal_size
 from pyscrun.cli.main import Context
 from pyscrun.console import make_controlling_terminal, open_console
-from pyscrun.errors import BundleError, InvalidState, NotSupported, UsageError
+from pyscrun.errors import BundleError, ExecFailed, InvalidState, NotSupported, UsageError
 from pyscrun.fs import write_all
+from pyscrun.node import EXEC_RUNNING_MARK
 from pyscrun.oci.state import RUNNING, shell_status
 
 TYPE_CHECKING = False
@@ -39,6 +40,10 @@ if TYPE_CHECKING:
 
 _SRUN_SAYS_EXIT = re.compile(rb"^srun: error: \S+: task \d+: Exited with exit code \d+\n?$")
 _SRUN_PREFIX = b"srun: error: "
+# What the session tells `scrun exec` once the process runs.
+_RUNNING = b"running"
+# The lines kept as why a process did not run: what comes before them is passed on.
+_HELD_LINES = 20
 
 
 def execute(ctx: Context) -> int:
@@ -84,14 +89,38 @@ def execute(ctx: Context) -> int:
     size = process.get("consoleSize")
     slave = (open_console(console, size if isinstance(size, dict) else None)
              if terminal and console else None)
-    pid = _fork_session(argv, env, through_srun=state.backend == "slurm", terminal=slave)
+    # Without a terminal the node says when the process runs (EXEC_RUNNING_MARK), or
+    # why it cannot: exec returns then, as runc's does.
+    ready_read, ready_write = (-1, -1) if terminal else os.pipe()
+    pid = _fork_session(argv, env, through_srun=state.backend == "slurm", terminal=slave,
+                        ready=ready_write)
+    if not ctx.flag("detach"):
+        _pass_signals_on(lambda signum: os.kill(pid, signum))
+    if ready_read >= 0:
+        _await_process(ready_read, pid)
     if pid_file:
         write_pid_file(pid_file, pid)
     if ctx.flag("detach"):
         return 0
-    _pass_signals_on(lambda signum: os.kill(pid, signum))
     _, wait_status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(wait_status) if os.WIFEXITED(wait_status) else 255
+
+
+def _await_process(ready: int, session: int) -> None:
+    """Until the session says the process runs; if it ends without, ExecFailed with
+    why (the lines it passed instead, the node's or srun's)."""
+    said = b""
+    while chunk := os.read(ready, 65536):
+        said += chunk
+    os.close(ready)
+    if said == _RUNNING:
+        return
+    _, wait_status = os.waitpid(session, 0)
+    why = "; ".join(line.removeprefix("scrun: error: ").strip()
+                    for line in said.decode(errors="replace").splitlines() if line.strip())
+    if not why:
+        why = f"the process did not start (status {shell_status(wait_status)})"
+    raise ExecFailed(f"exec failed: {why}")
 
 
 def _terminal(ctx: Context, process: dict[str, object]) -> bool:
@@ -140,15 +169,16 @@ def _process(path: str) -> dict[str, object]:
 
 
 def _fork_session(argv: list[str], env: dict[str, str], through_srun: bool,
-                  terminal: int | None) -> int:
+                  terminal: int | None, ready: int) -> int:
     """The exec session's own process: it runs argv (on the terminal, a pty slave, if
-    given) and exits with its status."""
-    read_fd, write_fd = os.pipe() if through_srun else (-1, -1)
+    given) and exits with its status; what argv says on stderr it passes on (ready: see
+    _pass_stderr)."""
+    read_fd, write_fd = os.pipe() if through_srun or terminal is None else (-1, -1)
     if through_srun:
         argv = identity.as_real_user(argv)
     pid = os.fork()
     if pid:
-        for fd in (read_fd, write_fd, -1 if terminal is None else terminal):
+        for fd in (read_fd, write_fd, -1 if terminal is None else terminal, ready):
             if fd >= 0:
                 os.close(fd)
         return pid
@@ -183,7 +213,7 @@ def _fork_session(argv: list[str], env: dict[str, str], through_srun: bool,
             os.close(terminal)
         _isolate()
         if read_fd >= 0:
-            _pass_stderr(read_fd)
+            _pass_stderr(read_fd, ready)
         code = shell_status(os.waitpid(child, 0)[1])
     finally:
         os._exit(code)
@@ -211,20 +241,42 @@ def _isolate() -> None:
         os._exit(255)
 
 
-def _pass_stderr(read_fd: int) -> None:
-    """srun's stderr on to ours, line by line, without its own word on the status."""
+def _pass_stderr(read_fd: int, ready: int) -> None:
+    """srun's stderr (locally exec_into's) on to ours, line by line, without srun's own
+    word on the status. With ready (>= 0), lines wait until the node says the process
+    runs, which ready is then told: if the node never says it, they are why, and go to
+    ready instead."""
+    held: list[bytes] | None = [] if ready >= 0 else None
     pending = b""
     while chunk := os.read(read_fd, 65536):
         pending += chunk
         *lines, pending = pending.split(b"\n")
         for line in lines:
-            if not _SRUN_SAYS_EXIT.match(line + b"\n"):
-                write_all(2, line + b"\n")
-        # Only what may still become srun's line waits for its end.
-        if not _SRUN_PREFIX.startswith(pending[:len(_SRUN_PREFIX)]):
+            line += b"\n"
+            if line == EXEC_RUNNING_MARK:
+                if held is not None:
+                    write_all(ready, _RUNNING)
+                    os.close(ready)
+                    write_all(2, b"".join(held))
+                    held = None
+            elif _SRUN_SAYS_EXIT.match(line):
+                pass
+            elif held is not None:
+                held.append(line)
+                if len(held) > _HELD_LINES:
+                    write_all(2, held.pop(0))
+            else:
+                write_all(2, line)
+        # Only what may still become srun's line (or the mark) waits for its end.
+        if held is None and not _SRUN_PREFIX.startswith(pending[:len(_SRUN_PREFIX)]):
             write_all(2, pending)
             pending = b""
     if pending and not _SRUN_SAYS_EXIT.match(pending):
-        write_all(2, pending)
+        if held is not None:
+            held.append(pending)
+        else:
+            write_all(2, pending)
+    if held is not None:
+        write_all(ready, b"".join(held))
+        os.close(ready)
     os.close(read_fd)
-

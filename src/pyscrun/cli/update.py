@@ -35,8 +35,7 @@ def update(ctx: Context) -> int:
             if not isinstance(section, dict):
                 raise UsageError(f"update: the resources' {group} must be a JSON object")
             section[field] = _value(names[0], value, kind)
-    if not resources:
-        raise UsageError("update: give --resources FILE (or -) or a resource flag")
+    # Nothing to change is no error for runc either: the container is still checked.
     order_tasks(ctx, "update", resources=resources)
     return 0
 

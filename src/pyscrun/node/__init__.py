@@ -28,6 +28,12 @@ def agent_command() -> list[str]:
     return python_command("import pyscrun.node.__main__")
 
 
+# What node/exec_into.py says on its stderr (when that is no terminal) right before it
+# runs the process: `scrun exec` returns only then, as runc's does once its process has
+# started, and what came before it is why the process did not.
+EXEC_RUNNING_MARK = b"\0pyscrun-exec: running\n"
+
+
 def exec_into_command() -> list[str]:
     """How `scrun exec` starts its node side (node/exec_into.py), without runpy too."""
     return python_command("from pyscrun.node.exec_into import main; main()")

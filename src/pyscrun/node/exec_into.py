@@ -24,9 +24,10 @@ from pyscrun import log
 from pyscrun.child import PASSED_ON, pass_signals_on
 from pyscrun.conf import patterns, site
 from pyscrun.errors import ScrunError
-from pyscrun.node import sealed_program
+from pyscrun.node import EXEC_RUNNING_MARK, sealed_program
 from pyscrun.node.runtime import RuntimeCommands
 from pyscrun.node.task import EXEC_RECORD, container_path, node_name, settle_runtime_dir
+from pyscrun.oci import refusals
 
 # The status of an exec that could not run the process at all (runc's own).
 FAILED = 255
@@ -55,16 +56,27 @@ def task_record(container_path: Path, job: str, container: str, task: str,
         time.sleep(0.05)
 
 
-def _await_running(commands: RuntimeCommands) -> None:
+def _await_running(commands: RuntimeCommands) -> int:
     """An exec right after `run -d` may come before the runtime has made the container:
-    it waits for that (without RunTimeQuery, there is no asking)."""
+    it waits for that, and returns its init (without RunTimeQuery there is no asking,
+    and no init: 0)."""
     if not commands.conf.RunTimeQuery:
-        return
+        return 0
     deadline = time.monotonic() + RUNNING_WAIT
-    while not commands.running_pid():
+    while not (init := commands.running_pid()):
         if time.monotonic() > deadline:
             raise ScrunError(f"the container did not run within {RUNNING_WAIT:.0f} s")
         time.sleep(0.05)
+    return init
+
+
+def _check_command(process: dict[str, Any], init: int) -> None:
+    """The process's command looked up as the runtime will, in the container's file
+    system as it is now (what it wrote since it began included), seen through its init's
+    root: a missing command is refused in runc's words, from which podman tells its
+    127 from its 126."""
+    if init:
+        refusals.check_command(process, f"/proc/{init}/root", [])
 
 
 def _join_namespaces(agent: int) -> None:
@@ -99,9 +111,11 @@ def run(env: dict[str, str]) -> int:
         commands = RuntimeCommands(the_site.oci, values, str(record.parent), runtime_env,
                                    the_site.derived_commands)
         commands.require("RunTimeExec")
-        _await_running(commands)
+        _check_command(json.loads(env["PYSCRUN_EXEC_PROCESS"]), _await_running(commands))
         if sealed_program.needed():
             commands.seal_programs(("RunTimeExec",))
+        if not os.isatty(2):
+            os.write(2, EXEC_RUNNING_MARK)
         code = _run_passing_signals_on(commands, str(process_file))
         return 128 - code if code < 0 else code  # as a shell reports a death by signal
     finally:
@@ -124,7 +138,7 @@ def main() -> None:
     try:
         code = run(dict(os.environ))
     except (ScrunError, OSError, KeyError, ValueError) as err:
-        log.current.error(f"exec: {err}")
+        log.current.error(str(err))
         code = FAILED
     except KeyboardInterrupt:
         code = 130  # interrupted before the process ran: as a shell reports it

@@ -37,7 +37,7 @@ def check(config: dict[str, Any], rootfs: str) -> None:
     _check_rlimits(process.get("rlimits"))
     linux = config.get("linux") or {}
     _check_namespaces(linux.get("namespaces"))
-    _check_command(process, rootfs, [m.get("destination", "") for m in config.get("mounts") or []
+    check_command(process, rootfs, [m.get("destination", "") for m in config.get("mounts") or []
                                      if isinstance(m, dict)])
 
 
@@ -123,7 +123,10 @@ def _check_namespace_path(kind: str, path: str) -> None:
 
 # -- the command, as the runtime's init looks for it inside the container ------------
 
-def _check_command(process: dict[str, Any], rootfs: str, mounts: list[str]) -> None:
+def check_command(process: dict[str, Any], rootfs: str, mounts: list[str]) -> None:
+    """The process's command looked up in rootfs, as the runtime's init will: raise
+    BundleError in its words if it is missing or cannot be run. What a mount brings is
+    not judged, nor a rootfs that cannot be seen from here."""
     if not os.path.isdir(rootfs):
         return  # not on this host: the node's runtime judges
     name = process["args"][0]
