@@ -136,8 +136,8 @@ def test_exec_into_a_created_container_names_its_status(local_runtime: Runtime,
 
 
 def test_runc_style_exec_of_a_command(root_runtime: Runtime, tmp_path: Path) -> None:
-    """`scrun exec [-e NAME=VALUE] [--cwd DIR] ID CMD...`: the container's own process
-    running CMD, whose own flags stay its own."""
+    """`scrun exec [-e NAME=VALUE] [--cwd DIR] [-u UID:GID] [-g GID] ID CMD...`: the
+    container's own process running CMD, whose own flags stay its own."""
     bundle = make_bundle(tmp_path, ["sleep", "1000"])
     assert root_runtime.scrun("create", "-b", str(bundle), "rx").returncode == 0
     try:
@@ -145,6 +145,9 @@ def test_runc_style_exec_of_a_command(root_runtime: Runtime, tmp_path: Path) -> 
         done = root_runtime.scrun("exec", "-e", "X=42", "--cwd", "/tmp", "rx", "sh", "-c",
                              "echo $X $(pwd); exit 3")
         assert (done.returncode, done.stdout) == (3, "42 /tmp\n"), done.stderr
+        as_user = root_runtime.scrun("exec", "-u", "1234:56", "-g", "78", "rx", "sh", "-c",
+                                     "echo $(id -u) $(id -g) $(id -G)")
+        assert as_user.stdout == "1234 56 56 78\n", as_user.stderr
     finally:
         root_runtime.scrun("delete", "--force", "rx")
 

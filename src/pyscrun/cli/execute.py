@@ -27,9 +27,10 @@ import re
 
 from pyscrun import identity
 from pyscrun.backends.slurm import await_terminal_size
+from pyscrun.cli.exec_process import process_of
 from pyscrun.cli.main import Context
 from pyscrun.console import make_controlling_terminal, open_console
-from pyscrun.errors import BundleError, ExecFailed, InvalidState, NotSupported, UsageError
+from pyscrun.errors import ExecFailed, InvalidState, NotSupported, UsageError
 from pyscrun.fs import write_all
 from pyscrun.node import EXEC_RUNNING_MARK
 from pyscrun.oci.state import RUNNING, shell_status
@@ -53,16 +54,7 @@ def execute(ctx: Context) -> int:
     from pyscrun.fs import check_pid_file, write_pid_file
 
     state = ctx.store.load(ctx.container_id)
-    command = ctx.options.get("command")
-    process_file = ctx.option("process")
-    if process_file:
-        process = _process(process_file)
-    elif isinstance(command, list) and command:
-        process = _process_of_command(state.bundle, command, ctx.options.get("env"),
-                                      ctx.option("cwd"))
-    else:
-        raise UsageError("exec needs a command, or --process FILE (the OCI process, as "
-                         "podman and docker pass it)")
+    process = process_of(ctx, state.bundle)
     if (ctx.option("preserve_fds") or "0").lstrip("0"):
         # Silently dropped, the descriptors would be missed only inside the container.
         raise NotSupported("exec --preserve-fds is not supported: the exec'd process gets "
@@ -134,38 +126,6 @@ def _terminal(ctx: Context, process: dict[str, object]) -> bool:
     if terminal:
         process["terminal"] = True
     return terminal
-
-
-def _process_of_command(bundle: str, command: list[str], env: object,
-                        cwd: str | None) -> dict[str, object]:
-    """`runc exec ID CMD...`: the container's own process (user, env, cwd, ...) running
-    CMD, with -e's variables and --cwd."""
-    from pyscrun.oci import bundle as oci_bundle
-
-    process = dict(oci_bundle.load(bundle).config["process"])
-    process["args"] = list(command)
-    process["terminal"] = False
-    entries = [e for e in env if isinstance(e, str)] if isinstance(env, list) else []
-    if any("=" not in entry for entry in entries):
-        raise UsageError("exec: -e takes NAME=VALUE")
-    names = {entry.partition("=")[0] for entry in entries}
-    process["env"] = [e for e in process.get("env") or [] if e.partition("=")[0] not in names]
-    process["env"] += entries
-    if cwd:
-        process["cwd"] = cwd
-    return process
-
-
-def _process(path: str) -> dict[str, object]:
-    try:
-        with open(path, encoding="utf-8") as source:
-            process = json.load(source)
-    except (OSError, ValueError, RecursionError) as err:
-        raise BundleError(f"exec: cannot read the process in {path}: {err}") from None
-    args = process.get("args") if isinstance(process, dict) else None
-    if not (isinstance(args, list) and args and all(isinstance(a, str) for a in args)):
-        raise BundleError(f"exec: the process in {path} needs args, a list of strings")
-    return dict(process)
 
 
 def _fork_session(argv: list[str], env: dict[str, str], through_srun: bool,
