@@ -42,6 +42,21 @@ def test_env_exclude_and_mount_spool_dir(run_mode_runtime: Runtime, tmp_path: Pa
     assert "MOUNTED" in done.stdout
 
 
+def test_an_included_file_takes_effect(run_mode_runtime: Runtime, tmp_path: Path) -> None:
+    """`Include PATH` in oci.conf, relative to slurm.conf's directory, read as Slurm's
+    parser reads it: the included EnvExclude keeps its variable out of the container."""
+    (run_mode_runtime.conf_dir / "env.conf").write_text('EnvExclude="^SECRET="\n')
+    _with(run_mode_runtime, "Include env.conf\n")
+    bundle = make_bundle(tmp_path, ["env"])
+    config = json.loads((bundle / "config.json").read_text())
+    config["process"]["env"] += ["SECRET=hidden", "VISIBLE=yes"]
+    (bundle / "config.json").write_text(json.dumps(config))
+    done = run_mode_runtime.scrun("run", "-b", str(bundle), "inc1")
+    assert done.returncode == 0, done.stderr
+    assert "VISIBLE=yes" in done.stdout
+    assert "SECRET" not in done.stdout
+
+
 @pytest.mark.parametrize(("mode", "separator"), [("newline", "\n"), ("null", "\0")])
 def test_create_env_file(run_mode_runtime: Runtime, tmp_path: Path, mode: str, separator: str) -> None:
     copy = tmp_path / "env-copy"

@@ -35,9 +35,10 @@ def test_any_text_parses_or_is_refused_cleanly(text: str) -> None:
         assert str(err).startswith("fuzz.conf:")
         assert "\n" not in str(err)
         return
-    for key, _value, line in pairs:
+    for key, _value, where in pairs:
         assert key and "=" not in key and not any(c.isspace() for c in key)
-        assert 1 <= line <= len(text.splitlines())
+        source, _, line = where.rpartition(":")
+        assert source == "fuzz.conf" and 1 <= int(line) <= len(text.splitlines())
 
 
 @FUZZ

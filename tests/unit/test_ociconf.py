@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+from pathlib import Path
 
 import pytest
 
@@ -36,7 +37,7 @@ def test_documented_example_parses() -> None:
 
 def test_keyvalue_quotes_and_comments() -> None:
     pairs = keyvalue.parse('A="x # y" B=z # comment\nC="q\\"uote"', "f")
-    assert pairs == [("A", "x # y", 1), ("B", "z", 1), ("C", 'q"uote', 2)]
+    assert pairs == [("A", "x # y", "f:1"), ("B", "z", "f:1"), ("C", 'q"uote', "f:2")]
 
 
 @pytest.mark.parametrize("text", ['A="open', "=x", "A", 'A="x"y'])
@@ -166,9 +167,9 @@ SLURM_FILES = {
         " SrunPath=/usr/bin/srun\n"
         "# a comment ending in a backslash continues nothing \\\n"
         "SrunArgs=--exclusive\n",
-        [("RunTimeRun", "runc run %n.%u.%j.%s.%t   -b %b", 1), ("RunTimeKill", "runc", 3),
-         ("RunTimeDelete", "runc delete", 4), ("SrunPath", "/usr/bin/srun", 4),
-         ("SrunArgs", "--exclusive", 7)]),
+        [("RunTimeRun", "runc run %n.%u.%j.%s.%t   -b %b", "oci.conf:1"),
+         ("RunTimeKill", "runc", "oci.conf:3"), ("RunTimeDelete", "runc delete", "oci.conf:4"),
+         ("SrunPath", "/usr/bin/srun", "oci.conf:4"), ("SrunArgs", "--exclusive", "oci.conf:7")]),
     # A backslash escapes the character after it, quoted or not (a site's `\\.` in a
     # pattern is a dot, `\\\\.` a backslash and a dot); an escaped `#` starts no comment;
     # an odd number of backslashes ending a line's text (spaces and a comment aside)
@@ -179,9 +180,9 @@ SLURM_FILES = {
         "SrunArgs=--a \\  # continued, the comment aside\n"
         "  StartRegex=x\\\\\n"
         'A=x"y # a quote within a word opens nothing\n',
-        [("EnvExclude", "^X.Y=", 1), ("RunTimeEnvExclude", "^A\\.B=", 1),
-         ("SrunPath", "/opt/s#1/srun", 2), ("SrunArgs", "--a", 3), ("StartRegex", "x\\", 3),
-         ("A", 'x"y', 5)]),
+        [("EnvExclude", "^X.Y=", "oci.conf:1"), ("RunTimeEnvExclude", "^A\\.B=", "oci.conf:1"),
+         ("SrunPath", "/opt/s#1/srun", "oci.conf:2"), ("SrunArgs", "--a", "oci.conf:3"),
+         ("StartRegex", "x\\", "oci.conf:3"), ("A", 'x"y', "oci.conf:5")]),
 }
 
 
@@ -189,3 +190,41 @@ SLURM_FILES = {
 def test_files_read_as_slurm_reads_them(case: str) -> None:
     text, pairs = SLURM_FILES[case]
     assert keyvalue.parse(text, "oci.conf") == pairs
+
+
+def test_include_reads_a_file_in_its_place_as_slurm_does(tmp_path: Path) -> None:
+    """`Include PATH`: relative to slurm.conf's directory (also from a file included
+    from elsewhere), `%c` the cluster's name in lower case, the word in any case."""
+    (tmp_path / "slurm.conf").write_text("ClusterName=Alpha\n")
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    (tmp_path / "oci-alpha.conf").write_text('RunTimeKill="runc kill"\n'
+                                             "INCLUDE elsewhere/last.conf\n")
+    (other / "last.conf").write_text("include delete.conf\n")
+    (tmp_path / "delete.conf").write_text('RunTimeDelete="runc delete"\n')
+    oci = tmp_path / "oci.conf"
+    oci.write_text(f'RunTimeRun="runc run %n -b %b"\nInclude oci-%c.conf # the cluster\'s\n'
+                   f"Include {tmp_path}/srun.conf\n")
+    (tmp_path / "srun.conf").write_text("SrunPath=/usr/bin/srun\n")
+    conf = ociconf.load(str(oci))
+    assert (conf.RunTimeKill, conf.RunTimeDelete, conf.SrunPath) == (
+        "runc kill", "runc delete", "/usr/bin/srun")
+    where = [w for _, _, w in keyvalue.parse(oci.read_text(), str(oci))]
+    assert where == [f"{oci}:1", f"{tmp_path}/oci-alpha.conf:1", f"{tmp_path}/delete.conf:1",
+                     f"{tmp_path}/srun.conf:1"]
+
+
+@pytest.mark.parametrize(("line", "error"), [
+    ("Include missing.conf", "oci.conf:2: cannot include {dir}/missing.conf: No such file"),
+    ("Include oci.conf", "Include nested deeper than 16 (a loop?)"),
+    ("Include", "oci.conf:2: expected Key=Value, found 'Include'"),
+    ("Include=x.conf", "oci.conf:2: unknown directive 'Include'"),
+])
+def test_an_include_that_cannot_be_read_is_one_line(tmp_path: Path, line: str,
+                                                    error: str) -> None:
+    oci = tmp_path / "oci.conf"
+    oci.write_text(f'RunTimeRun="runc run %n -b %b"\n{line}\n')
+    with pytest.raises(ConfigError) as raised:
+        ociconf.load(str(oci))
+    assert error.format(dir=tmp_path) in str(raised.value)
+    assert "\n" not in str(raised.value)

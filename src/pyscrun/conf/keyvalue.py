@@ -5,12 +5,19 @@ several pairs may share a line, spaces may stand around `=`, values may be
 double-quoted, and a backslash escapes the character after it (`\\#` is `#`, `\\\\` a
 backslash, `\\.` a dot). A `#` no backslash escapes starts a comment (within quotes
 too, in Slurm; here a quoted `#` is the value's); an odd number of backslashes ending
-what is left of a line continues it on the next.
+what is left of a line continues it on the next. A line `Include PATH` reads the file
+PATH names in its place, as Slurm's does: a relative PATH is found beside slurm.conf
+(the directory of the file first read), and `%c` in it is slurm.conf's ClusterName.
 """
 
 from __future__ import annotations
 
+import os
+
 from pyscrun.errors import ConfigError
+
+# Includes nested deeper than this are a loop.
+MAX_INCLUDE_DEPTH = 16
 
 
 def _scan_value(line: str, pos: int, where: str) -> tuple[str, int]:
@@ -33,11 +40,19 @@ def _scan_value(line: str, pos: int, where: str) -> tuple[str, int]:
     return "".join(out), pos
 
 
-def parse(text: str, source: str) -> list[tuple[str, str, int]]:
-    """Returns (key as written, value, line number) for every pair in text."""
+def parse(text: str, source: str, base: str | None = None, depth: int = 0,
+          ) -> list[tuple[str, str, str]]:
+    """(key as written, value, where: file and line) of every pair in text, those of
+    the files its Include lines name in their place; base: the directory relative
+    Include paths are in (source's by default)."""
+    base = os.path.dirname(source) if base is None else base
     pairs = []
     for number, line in _joined_lines(text):
         where = f"{source}:{number}"
+        included = _include_path(line)
+        if included is not None:
+            pairs += _included(included, base, where, depth)
+            continue
         pos = 0
         while True:
             while pos < len(line) and line[pos].isspace():
@@ -56,8 +71,34 @@ def parse(text: str, source: str) -> list[tuple[str, str, int]]:
             value, pos = _scan_value(line, _after_spaces(line, pos + 1), where)
             if pos < len(line) and not line[pos].isspace():
                 raise ConfigError(f"{where}: unexpected text after the value of {key}")
-            pairs.append((key, value, number))
+            pairs.append((key, value, where))
     return pairs
+
+
+def _include_path(line: str) -> str | None:
+    """The path of an `Include PATH` line (the word, then a space), else None."""
+    stripped = line.lstrip()
+    word = stripped[:7]
+    if word.lower() != "include" or not stripped[7:8].isspace():
+        return None
+    return stripped[7:].strip()
+
+
+def _included(path: str, base: str, where: str, depth: int) -> list[tuple[str, str, str]]:
+    if not path:
+        raise ConfigError(f"{where}: Include needs a file name")
+    if depth >= MAX_INCLUDE_DEPTH:
+        raise ConfigError(f"{where}: Include nested deeper than {MAX_INCLUDE_DEPTH} (a loop?)")
+    if "%c" in path:
+        cluster = slurm_conf_value(os.path.join(base, "slurm.conf"), "clustername") or ""
+        path = path.replace("%c", cluster.lower())
+    path = os.path.join(base, path)
+    try:
+        text = read_text(path)
+    except (OSError, UnicodeDecodeError) as err:
+        why = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        raise ConfigError(f"{where}: cannot include {path}: {why}") from None
+    return parse(text, path, base, depth + 1)
 
 
 def _after_spaces(line: str, pos: int) -> int:
@@ -109,3 +150,20 @@ def read_text(path: str) -> str:
     """A configuration file's text (UTF-8)."""
     with open(path, encoding="utf-8") as file:
         return file.read()
+
+
+def slurm_conf_value(path: str, key: str) -> str | None:
+    """One parameter of slurm.conf (key in lower case), None if unset or unreadable.
+    Words are read one by one: slurm.conf has syntax (Include, node lists) that only
+    Slurm parses in full."""
+    try:
+        text = read_text(path)
+    except (OSError, UnicodeDecodeError):
+        return None
+    found = None
+    for line in text.splitlines():
+        for word in line.partition("#")[0].split():
+            name, sep, value = word.partition("=")
+            if sep and name.lower() == key:
+                found = value
+    return found

@@ -191,8 +191,7 @@ def _validate(conf: OciConf) -> None:
 
 def parse(text: str, source: str) -> OciConf:
     values: dict[str, Any] = {}
-    for key, raw, line in keyvalue.parse(text, source):
-        where = f"{source}:{line}"
+    for key, raw, where in keyvalue.parse(text, source):
         directive = DIRECTIVES.get(key.lower())
         if directive is None:
             raise ConfigError(f"{where}: unknown directive {key!r}")

@@ -82,24 +82,24 @@ def _parse_pyscrun_conf(path: str) -> PyscrunConf:
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"cannot read {path}: {err}") from None
     values: dict[str, str] = {}
-    for key, value, line in keyvalue.parse(text, path):
+    for key, value, where in keyvalue.parse(text, path):
         name = _PYSCRUN_KEYS.get(key.lower())
         if name is None:
-            raise ConfigError(f"{path}:{line}: unknown directive {key!r}")
+            raise ConfigError(f"{where}: unknown directive {key!r}")
         if name.startswith("RunTime"):
-            patterns.check(value, f"{path}:{line}")
+            patterns.check(value, where)
         if name == "MoveBeforeEnd" and value and not (only_digits(value) and 0 < int(value) <= MAX_WARNING):
-            raise ConfigError(f"{path}:{line}: MoveBeforeEnd must be a number of seconds "
+            raise ConfigError(f"{where}: MoveBeforeEnd must be a number of seconds "
                               f"from 1 to {MAX_WARNING}, not {value!r}")
         if name == "MoveImagePath" and value:
-            patterns.check_path(value, f"{path}:{line}", name)
+            patterns.check_path(value, where, name)
             if not value.startswith("/"):
-                raise ConfigError(f"{path}:{line}: MoveImagePath must be an absolute path, "
+                raise ConfigError(f"{where}: MoveImagePath must be an absolute path, "
                                   f"not {value!r}")
         if name == "AgentPortRange" and value:
             from pyscrun.channel.tcp import parse_port_range
 
-            parse_port_range(value, f"{path}:{line}")
+            parse_port_range(value, where)
         values[name] = value
     backend = values.get("Backend", "auto").lower()
     if backend not in BACKENDS:
@@ -164,7 +164,7 @@ class Site:
 
     def cluster_name(self) -> str | None:
         """slurm.conf's ClusterName, None if unset; in lower case as Slurm keeps it."""
-        return (_slurm_conf_value(self.slurm_conf, "clustername") or "").lower() or None
+        return (keyvalue.slurm_conf_value(self.slurm_conf, "clustername") or "").lower() or None
 
     def agent_port_range(self) -> tuple[int, int] | None:
         """Where the anchor listens for its agents: slurm.conf's SrunPortRange (the
@@ -185,25 +185,8 @@ def srun_port_range(slurm_conf: str) -> tuple[int, int] | None:
     connections that come back from its compute nodes."""
     from pyscrun.channel.tcp import parse_port_range
 
-    found = _slurm_conf_value(slurm_conf, "srunportrange")
+    found = keyvalue.slurm_conf_value(slurm_conf, "srunportrange")
     return None if found is None else parse_port_range(found, f"{slurm_conf}: SrunPortRange")
-
-
-def _slurm_conf_value(path: str, key: str) -> str | None:
-    """One parameter of slurm.conf (key in lower case), None if unset or unreadable.
-    Words are read one by one: slurm.conf has syntax (Include, node lists) that only
-    Slurm parses in full."""
-    try:
-        text = keyvalue.read_text(path)
-    except (OSError, UnicodeDecodeError):
-        return None
-    found = None
-    for line in text.splitlines():
-        for word in line.partition("#")[0].split():
-            name, sep, value = word.partition("=")
-            if sep and name.lower() == key:
-                found = value
-    return found
 
 
 def slurm_conf_path(flag: str | None, environ: dict[str, str] | os._Environ[str]) -> str:
