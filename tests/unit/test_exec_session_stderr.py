@@ -51,6 +51,11 @@ def test_lines_before_the_mark_are_passed_on_once_the_process_runs() -> None:
     assert stderr == b"srun: warning: slow\noops\nlast"
 
 
+def test_the_mark_is_known_behind_srun_s_label() -> None:
+    stderr, ready = _filtered(b"0: " + EXEC_RUNNING_MARK + b"0: oops\n", with_ready=True)
+    assert (stderr, ready) == (b"0: oops\n", b"running")
+
+
 def test_without_the_mark_the_lines_are_why_and_stay_off_stderr() -> None:
     why = b'scrun: error: unable to start container process: exec: "x": not found\n'
     stderr, ready = _filtered(why + SRUN_STATUS, with_ready=True)

@@ -213,7 +213,8 @@ def _pass_stderr(read_fd: int, ready: int) -> None:
         *lines, pending = pending.split(b"\n")
         for line in lines:
             line += b"\n"
-            if line == EXEC_RUNNING_MARK:
+            # At a line's end: srun's --label (a site's SrunArgs) puts the task first.
+            if line.endswith(EXEC_RUNNING_MARK):
                 if held is not None:
                     write_all(ready, _RUNNING)
                     os.close(ready)
