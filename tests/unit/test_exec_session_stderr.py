@@ -47,25 +47,25 @@ def _filtered(said: bytes, with_ready: bool) -> tuple[bytes, bytes]:
 def test_lines_before_the_mark_are_passed_on_once_the_process_runs() -> None:
     stderr, ready = _filtered(b"srun: warning: slow\n" + EXEC_RUNNING_MARK
                               + b"oops\n" + SRUN_STATUS + b"last", with_ready=True)
-    assert ready == b"running"
+    assert ready == b"+"
     assert stderr == b"srun: warning: slow\noops\nlast"
 
 
 def test_the_mark_is_known_behind_srun_s_label() -> None:
     stderr, ready = _filtered(b"0: " + EXEC_RUNNING_MARK + b"0: oops\n", with_ready=True)
-    assert (stderr, ready) == (b"0: oops\n", b"running")
+    assert (stderr, ready) == (b"0: oops\n", b"+")
 
 
 def test_without_the_mark_the_lines_are_why_and_stay_off_stderr() -> None:
     why = b'scrun: error: unable to start container process: exec: "x": not found\n'
     stderr, ready = _filtered(why + SRUN_STATUS, with_ready=True)
-    assert (stderr, ready) == (b"", why)
+    assert (stderr, ready) == (b"", b"-" + why)
 
 
 def test_only_the_last_lines_are_kept_as_why() -> None:
     lines = [f"line {n}\n".encode() for n in range(30)]
     stderr, ready = _filtered(b"".join(lines), with_ready=True)
-    assert ready == b"".join(lines[10:])
+    assert ready == b"-" + b"".join(lines[10:])
     assert stderr == b"".join(lines[:10])
 
 

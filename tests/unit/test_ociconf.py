@@ -194,29 +194,29 @@ def test_files_read_as_slurm_reads_them(case: str) -> None:
 
 def test_include_reads_a_file_in_its_place_as_slurm_does(tmp_path: Path) -> None:
     """`Include PATH`: relative to slurm.conf's directory (also from a file included
-    from elsewhere), `%c` the cluster's name in lower case, the word in any case."""
-    (tmp_path / "slurm.conf").write_text("ClusterName=Alpha\n")
+    from elsewhere), absolute as it is, the word in any case."""
     other = tmp_path / "elsewhere"
     other.mkdir()
-    (tmp_path / "oci-alpha.conf").write_text('RunTimeKill="runc kill"\n'
-                                             "INCLUDE elsewhere/last.conf\n")
+    (tmp_path / "kill.conf").write_text('RunTimeKill="runc kill"\n'
+                                        "INCLUDE elsewhere/last.conf\n")
     (other / "last.conf").write_text("include delete.conf\n")
     (tmp_path / "delete.conf").write_text('RunTimeDelete="runc delete"\n')
     oci = tmp_path / "oci.conf"
-    oci.write_text(f'RunTimeRun="runc run %n -b %b"\nInclude oci-%c.conf # the cluster\'s\n'
+    oci.write_text(f'RunTimeRun="runc run %n -b %b"\nInclude kill.conf # the kill\n'
                    f"Include {tmp_path}/srun.conf\n")
     (tmp_path / "srun.conf").write_text("SrunPath=/usr/bin/srun\n")
     conf = ociconf.load(str(oci))
     assert (conf.RunTimeKill, conf.RunTimeDelete, conf.SrunPath) == (
         "runc kill", "runc delete", "/usr/bin/srun")
     where = [w for _, _, w in keyvalue.parse(oci.read_text(), str(oci))]
-    assert where == [f"{oci}:1", f"{tmp_path}/oci-alpha.conf:1", f"{tmp_path}/delete.conf:1",
+    assert where == [f"{oci}:1", f"{tmp_path}/kill.conf:1", f"{tmp_path}/delete.conf:1",
                      f"{tmp_path}/srun.conf:1"]
 
 
 @pytest.mark.parametrize(("line", "error"), [
     ("Include missing.conf", "oci.conf:2: cannot include {dir}/missing.conf: No such file"),
     ("Include oci.conf", "Include nested deeper than 16 (a loop?)"),
+    ("Include oci-%c.conf", "oci.conf:2: Include's %c (the cluster's name) is slurm.conf's alone"),
     ("Include", "oci.conf:2: expected Key=Value, found 'Include'"),
     ("Include=x.conf", "oci.conf:2: unknown directive 'Include'"),
 ])

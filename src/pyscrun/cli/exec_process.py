@@ -11,8 +11,8 @@ from pyscrun.errors import BundleError, UsageError
 
 # runc's exec flag -> the process field its value replaces.
 _REPLACED = {"cwd": "cwd", "apparmor": "apparmorProfile", "process_label": "selinuxLabel"}
-# The capability sets `--cap` adds to, as runc's exec (ambient only where the process
-# already has inheritable ones: without them an ambient capability cannot be raised).
+# The capability sets `--cap` adds to, as runc's exec (ambient too where the process
+# has an inheritable set: without it an ambient capability cannot be raised).
 _CAP_SETS = ("bounding", "effective", "permitted")
 
 
@@ -70,7 +70,7 @@ def _strings(values: object) -> list[str]:
 
 def _with_caps(capabilities: object, caps: list[str]) -> dict[str, object]:
     sets = dict(capabilities) if isinstance(capabilities, dict) else {}
-    names = [*_CAP_SETS, *(("ambient",) if sets.get("inheritable") else ())]
+    names = [*_CAP_SETS, *(("ambient",) if sets.get("inheritable") is not None else ())]
     for name in names:
         sets[name] = [*(sets.get(name) or []), *caps]
     return sets

@@ -41,8 +41,8 @@ if TYPE_CHECKING:
 
 _SRUN_SAYS_EXIT = re.compile(rb"^srun: error: \S+: task \d+: Exited with exit code \d+\n?$")
 _SRUN_PREFIX = b"srun: error: "
-# What the session tells `scrun exec` once the process runs.
-_RUNNING = b"running"
+# What the session tells `scrun exec` first: the process runs, or not (why follows).
+_RUNNING, _NOT_RUNNING = b"+", b"-"
 # The lines kept as why a process did not run: what comes before them is passed on.
 _HELD_LINES = 20
 
@@ -86,8 +86,8 @@ def execute(ctx: Context) -> int:
     ready_read, ready_write = (-1, -1) if terminal else os.pipe()
     pid = _fork_session(argv, env, through_srun=state.backend == "slurm", terminal=slave,
                         ready=ready_write)
-    if not ctx.flag("detach"):
-        _pass_signals_on(lambda signum: os.kill(pid, signum))
+    # Detached too until the process runs: a session left behind would run it anyway.
+    _pass_signals_on(lambda signum: os.kill(pid, signum))
     if ready_read >= 0:
         _await_process(ready_read, pid)
     if pid_file:
@@ -105,11 +105,11 @@ def _await_process(ready: int, session: int) -> None:
     while chunk := os.read(ready, 65536):
         said += chunk
     os.close(ready)
-    if said == _RUNNING:
+    if said[:1] == _RUNNING:
         return
     _, wait_status = os.waitpid(session, 0)
     why = "; ".join(line.removeprefix("scrun: error: ").strip()
-                    for line in said.decode(errors="replace").splitlines() if line.strip())
+                    for line in said[1:].decode(errors="replace").splitlines() if line.strip())
     if not why:
         why = f"the process did not start (status {shell_status(wait_status)})"
     raise ExecFailed(f"exec failed: {why}")
@@ -238,6 +238,6 @@ def _pass_stderr(read_fd: int, ready: int) -> None:
         else:
             write_all(2, pending)
     if held is not None:
-        write_all(ready, b"".join(held))
+        write_all(ready, _NOT_RUNNING + b"".join(held))
         os.close(ready)
     os.close(read_fd)

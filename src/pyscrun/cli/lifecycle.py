@@ -211,15 +211,21 @@ def resume(ctx: Context) -> int:
 def order_tasks(ctx: Context, op: str, **fields: object) -> dict[str, Any]:
     """pause, resume, update or ps: every task, or none (anchor/task_orders.py); the
     anchor's reply."""
-    from pyscrun.anchor.task_orders import CLIENT_WAIT, RULES
+    from pyscrun.anchor.task_orders import CLIENT_WAIT
+
+    return _ask(ctx.store, state_for(ctx, op), {"op": op, **fields}, CLIENT_WAIT)
+
+
+def state_for(ctx: Context, op: str) -> ContainerState:
+    """The container's state, if op may be ordered in it (runc's refusals otherwise)."""
+    from pyscrun.anchor.task_orders import RULES
     from pyscrun.conf import site
 
-    store = ctx.store
-    state = store.load(ctx.container_id)
+    state = ctx.store.load(ctx.container_id)
     if state.effective_status() not in RULES[op].before:
         raise InvalidState(RULES[op].refusal)  # runc's words
     refuse_while_suspended(site.load(ctx.slurm_conf), state, RULES[op].action)
-    return _ask(store, state, {"op": op, **fields}, CLIENT_WAIT)
+    return state
 
 
 def _forward_signals(store: Store, state: ContainerState) -> list[int]:

@@ -24,7 +24,7 @@ _INT64_MAX = (1 << 63) - 1
 
 
 def update(ctx: Context) -> int:
-    from pyscrun.cli.lifecycle import order_tasks
+    from pyscrun.cli.lifecycle import order_tasks, state_for
 
     path = ctx.option("resources")
     resources = _resources_file(path) if path else {}
@@ -35,8 +35,10 @@ def update(ctx: Context) -> int:
             if not isinstance(section, dict):
                 raise UsageError(f"update: the resources' {group} must be a JSON object")
             section[field] = _value(names[0], value, kind)
-    # Nothing to change is no error for runc either: the container is still checked.
-    order_tasks(ctx, "update", resources=resources)
+    if resources:
+        order_tasks(ctx, "update", resources=resources)
+    else:
+        state_for(ctx, "update")  # nothing to change is no error for runc either
     return 0
 
 

@@ -7,7 +7,8 @@ backslash, `\\.` a dot). A `#` no backslash escapes starts a comment (within quo
 too, in Slurm; here a quoted `#` is the value's); an odd number of backslashes ending
 what is left of a line continues it on the next. A line `Include PATH` reads the file
 PATH names in its place, as Slurm's does: a relative PATH is found beside slurm.conf
-(the directory of the file first read), and `%c` in it is slurm.conf's ClusterName.
+(the directory of the file first read). Its `%c` (the cluster's name) is slurm.conf's
+alone: Slurm finds no ClusterName in oci.conf to put there, and refuses it.
 """
 
 from __future__ import annotations
@@ -90,8 +91,7 @@ def _included(path: str, base: str, where: str, depth: int) -> list[tuple[str, s
     if depth >= MAX_INCLUDE_DEPTH:
         raise ConfigError(f"{where}: Include nested deeper than {MAX_INCLUDE_DEPTH} (a loop?)")
     if "%c" in path:
-        cluster = slurm_conf_value(os.path.join(base, "slurm.conf"), "clustername") or ""
-        path = path.replace("%c", cluster.lower())
+        raise ConfigError(f"{where}: Include's %c (the cluster's name) is slurm.conf's alone")
     path = os.path.join(base, path)
     try:
         text = read_text(path)
@@ -151,19 +151,3 @@ def read_text(path: str) -> str:
     with open(path, encoding="utf-8") as file:
         return file.read()
 
-
-def slurm_conf_value(path: str, key: str) -> str | None:
-    """One parameter of slurm.conf (key in lower case), None if unset or unreadable.
-    Words are read one by one: slurm.conf has syntax (Include, node lists) that only
-    Slurm parses in full."""
-    try:
-        text = read_text(path)
-    except (OSError, UnicodeDecodeError):
-        return None
-    found = None
-    for line in text.splitlines():
-        for word in line.partition("#")[0].split():
-            name, sep, value = word.partition("=")
-            if sep and name.lower() == key:
-                found = value
-    return found

@@ -164,7 +164,7 @@ class Site:
 
     def cluster_name(self) -> str | None:
         """slurm.conf's ClusterName, None if unset; in lower case as Slurm keeps it."""
-        return (keyvalue.slurm_conf_value(self.slurm_conf, "clustername") or "").lower() or None
+        return (_slurm_conf_value(self.slurm_conf, "clustername") or "").lower() or None
 
     def agent_port_range(self) -> tuple[int, int] | None:
         """Where the anchor listens for its agents: slurm.conf's SrunPortRange (the
@@ -185,8 +185,25 @@ def srun_port_range(slurm_conf: str) -> tuple[int, int] | None:
     connections that come back from its compute nodes."""
     from pyscrun.channel.tcp import parse_port_range
 
-    found = keyvalue.slurm_conf_value(slurm_conf, "srunportrange")
+    found = _slurm_conf_value(slurm_conf, "srunportrange")
     return None if found is None else parse_port_range(found, f"{slurm_conf}: SrunPortRange")
+
+
+def _slurm_conf_value(path: str, key: str) -> str | None:
+    """One parameter of slurm.conf (key in lower case), None if unset or unreadable.
+    Words are read one by one: slurm.conf has syntax (Include, node lists) that only
+    Slurm parses in full."""
+    try:
+        text = keyvalue.read_text(path)
+    except (OSError, UnicodeDecodeError):
+        return None
+    found = None
+    for line in text.splitlines():
+        for word in line.partition("#")[0].split():
+            name, sep, value = word.partition("=")
+            if sep and name.lower() == key:
+                found = value
+    return found
 
 
 def slurm_conf_path(flag: str | None, environ: dict[str, str] | os._Environ[str]) -> str:
