@@ -17,6 +17,7 @@ _CAP_SETS = ("bounding", "effective", "permitted")
 
 
 def process_of(ctx: Context, bundle: str) -> dict[str, object]:
+    """The process `scrun exec` was given, or made of its command and flags."""
     command = ctx.options.get("command")
     path = ctx.option("process")
     if path:

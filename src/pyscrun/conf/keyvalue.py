@@ -150,4 +150,3 @@ def read_text(path: str) -> str:
     """A configuration file's text (UTF-8)."""
     with open(path, encoding="utf-8") as file:
         return file.read()
-
