@@ -161,7 +161,7 @@ VERBS = {
              command=True),
         Verb("exec", "pyscrun.cli.execute:execute", ("container-id",),
              flags=(Flag(("process", "p"), True, "the OCI process to run, as JSON in a file"),
-                    Flag(("detach", "d"), help="return at once; --pid-file names the process"),
+                    Flag(("detach", "d"), help="return once it runs; --pid-file names the process"),
                     Flag(("pid-file",), True, "file to write the exec session's pid to"),
                     Flag(("tty", "t"), help="a terminal (detached: with --console-socket)"),
                     Flag(("console-socket",), True, "AF_UNIX socket for the pty master"),
