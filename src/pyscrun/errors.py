@@ -35,6 +35,15 @@ class BundleError(ScrunError):
     """The bundle or its config.json is missing or malformed."""
 
 
+class CommandRefused(BundleError):
+    """The process's command is missing or cannot be run: status is what podman makes
+    of the runtime's words for it (127 or 126), as a shell would say."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 class ConfigError(ScrunError):
     """oci.conf or pyscrun.conf is malformed."""
 

@@ -21,7 +21,7 @@ from tests.integration.harness import (
     processes_mentioning,
     wait_for,
 )
-from tests.integration.terminal import at_a_terminal
+from tests.integration.terminal import at_a_terminal, terminal
 
 
 def _running(runtime: Runtime, *options: str) -> str:
@@ -83,12 +83,22 @@ def test_a_command_the_container_lacks_gives_podmans_127_and_126(runtime: Runtim
 
 def test_podman_exec_it_gives_a_working_terminal(runtime: Runtime, tmp_path: Path) -> None:
     """`podman exec -it NAME sh` under tmux: typed commands run at the terminal's size,
-    a resize reaches the shell, and its exit status is podman's."""
+    a resize reaches the shell, and its exit status is podman's. A command the container
+    lacks says so on the terminal, and gives podman 127 as with runc (it was 255)."""
     name = _running(runtime)
     try:
         at_a_terminal(podman_command_line(runtime, "exec", "-it", name, "sh"), tmp_path / "result")
         # The container goes on: the terminal was the exec's alone.
         assert podman(runtime, "exec", name, "true").returncode == 0
+        with terminal() as term:
+            missing = tmp_path / "missing"
+            term.run(podman_command_line(runtime, "exec", "-it", name, "no-such-command"),
+                     missing)
+            wait_for(missing.exists, 60, "podman exec's end")
+            # The whole of what it showed, its wrapped lines joined.
+            shown = term.tmux("capture-pane", "-p", "-J", "-S", "-", "-t", "t")
+            assert missing.read_text().strip() == "127", shown
+            assert "executable file not found" in shown, shown
     finally:
         podman(runtime, "rm", "-f", "-t", "0", name)
 

@@ -23,7 +23,7 @@ from typing import Any
 from pyscrun import log
 from pyscrun.child import PASSED_ON, pass_signals_on
 from pyscrun.conf import patterns, site
-from pyscrun.errors import ScrunError
+from pyscrun.errors import CommandRefused, ScrunError
 from pyscrun.node import EXEC_RUNNING_MARK, sealed_program
 from pyscrun.node.runtime import RuntimeCommands
 from pyscrun.node.task import EXEC_RECORD, container_path, node_name, settle_runtime_dir
@@ -137,6 +137,11 @@ def _run_passing_signals_on(commands: RuntimeCommands, process_file: str) -> int
 def main() -> None:
     try:
         code = run(dict(os.environ))
+    except CommandRefused as err:
+        # What a terminal's user sees, as a shell says it (without one, scrun exec
+        # fails in runc's words and podman reads the same from them).
+        log.current.error(str(err))
+        code = err.status
     except (ScrunError, OSError, KeyError, ValueError) as err:
         log.current.error(str(err))
         code = FAILED

@@ -13,7 +13,7 @@ import os
 import stat
 
 from pyscrun.digits import only_digits
-from pyscrun.errors import BundleError
+from pyscrun.errors import BundleError, CommandRefused
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -125,7 +125,7 @@ def _check_namespace_path(kind: str, path: str) -> None:
 
 def check_command(process: dict[str, Any], rootfs: str, mounts: list[str]) -> None:
     """The process's command looked up in rootfs, as the runtime's init will: raise
-    BundleError in its words if it is missing or cannot be run. What a mount brings is
+    CommandRefused in its words if it is missing or cannot be run. What a mount brings is
     not judged, nor a rootfs that cannot be seen from here."""
     if not os.path.isdir(rootfs):
         return  # not on this host: the node's runtime judges
@@ -145,10 +145,13 @@ def check_command(process: dict[str, Any], rootfs: str, mounts: list[str]) -> No
         problem = _executable_problem(rootfs, candidate)
         if not problem:
             return
-    if "/" in name:
-        raise BundleError(f'unable to start container process: exec: "{name}": {problem}')
-    raise BundleError(f'unable to start container process: exec: "{name}": '
-                      "executable file not found in $PATH")
+    if "/" not in name:
+        problem = "executable file not found in $PATH"
+    # podman reads 126 from "permission denied", 127 from a file not found; a
+    # directory is neither, and its generic runtime error is 126 too.
+    cannot_run = problem.endswith("permission denied") or problem == "is a directory"
+    raise CommandRefused(f'unable to start container process: exec: "{name}": {problem}',
+                         126 if cannot_run else 127)
 
 
 def _under_a_mount(path: str, mounts: list[str]) -> bool:
