@@ -3,10 +3,10 @@ of its task 0.
 
 Like runc, exec runs the process in the foreground and exits with its status, or with
 --detach returns once the process runs and leaves the pid in --pid-file to be waited
-for (conmon and containerd's shim do so, as subreapers). That pid is a process of pyscrun's: it starts
-node/exec_into.py where the task runs (through `srun --overlap` in the container's
-job), and then, like the container's stand-in, takes namespaces of its own and an
-empty root, so that nothing done through its pid reaches the host. It passes on
+for (conmon and containerd's shim do so, as subreapers). That pid is a process of
+pyscrun's: it starts node/exec_into.py where the task runs (through `srun --overlap`
+in the container's job), and then, like the container's stand-in, takes namespaces of
+its own and an empty root, so that nothing done through its pid reaches the host. It passes on
 the process's stdio and exits with its status. srun's word on a non-zero status
 ("task 0: Exited with exit code N") is not the process's, and is left out of its
 stderr.

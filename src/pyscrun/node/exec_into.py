@@ -137,14 +137,11 @@ def _run_passing_signals_on(commands: RuntimeCommands, process_file: str) -> int
 def main() -> None:
     try:
         code = run(dict(os.environ))
-    except CommandRefused as err:
-        # What a terminal's user sees, as a shell says it (without one, scrun exec
-        # fails in runc's words and podman reads the same from them).
-        log.current.error(str(err))
-        code = err.status
     except (ScrunError, OSError, KeyError, ValueError) as err:
         log.current.error(str(err))
-        code = FAILED
+        # A refused command ends as a shell says it, for a terminal's user (without one,
+        # scrun exec fails in runc's words and podman reads the same from them).
+        code = err.status if isinstance(err, CommandRefused) else FAILED
     except KeyboardInterrupt:
         code = 130  # interrupted before the process ran: as a shell reports it
     sys.exit(code)
