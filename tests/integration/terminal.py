@@ -79,11 +79,11 @@ def terminal() -> Iterator[Terminal]:
 
 
 def at_a_terminal(command: str, result: Path, status: int = 5, resize: bool = True,
-                  start_timeout: float = 60, told_of_resize: bool = True) -> None:
+                  start_timeout: float = 60) -> None:
     """Run the shell command (an interactive `sh` in a container) in a 100x30 terminal:
     its prompt comes, what is typed runs there at that size, a resize to 80x20 reaches
-    it (if resize) and, if told_of_resize, so does its SIGWINCH what runs in the
-    foreground, and `exit STATUS` ends it with that status (written to result)."""
+    it (if resize), its SIGWINCH reaching what runs in the foreground, and `exit STATUS`
+    ends it with that status (written to result)."""
     with terminal() as term:
         term.run(command, result)
         wait_for(lambda: "#" in term.screen(), start_timeout, "the container's prompt")
@@ -91,15 +91,13 @@ def at_a_terminal(command: str, result: Path, status: int = 5, resize: bool = Tr
         term.answers("echo typed$((40+2)); stty size", "30 100", 20)
         assert "typed42" in term.screen(), term.screen()
         if resize:
-            if told_of_resize:
-                # What runs in the foreground is told of the resize (SIGWINCH), as
-                # full-screen programs must be (the prompt's own line editing takes it).
-                term.type("sh -c 'trap \"echo WINCH\\$((1+1)); exit\" WINCH; "
-                          "echo READY$((2+2)); while :; do sleep 0.1; done'")
-                term.shows("READY4", 10)
+            # What runs in the foreground is told of the resize (SIGWINCH), as
+            # full-screen programs must be (the prompt's own line editing takes it).
+            term.type("sh -c 'trap \"echo WINCH\\$((1+1)); exit\" WINCH; "
+                      "echo READY$((2+2)); while :; do sleep 0.1; done'")
+            term.shows("READY4", 10)
             term.resize(80, 20)
-            if told_of_resize:
-                term.shows("WINCH2", 10)
+            term.shows("WINCH2", 10)
             term.answers("stty size", "20 80", 10)
         term.type(f"exit {status}")
         wait_for(result.exists, 30, "the exit status")

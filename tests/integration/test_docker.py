@@ -186,9 +186,8 @@ def test_rm_force_removes_a_running_container(dockerd: Dockerd, docker_runtime: 
 
 
 def test_interactive_terminal_under_tmux(dockerd: Dockerd, docker_runtime: Runtime, tmp_path: Path) -> None:
-    # In create/start mode the terminal is the container's stdio only (README).
     at_a_terminal(f"env DOCKER_HOST={dockerd.env['DOCKER_HOST']} docker {' '.join(RUN)} -it --rm"
-                  f" {IMAGE} sh", tmp_path / "result", told_of_resize=docker_runtime.run_mode)
+                  f" {IMAGE} sh", tmp_path / "result")
 
 
 def test_container_prints_its_slurm_job_id(dockerd: Dockerd, docker_slurm_runtime: Runtime) -> None:

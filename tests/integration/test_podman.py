@@ -125,9 +125,8 @@ def test_rm_force_removes_a_running_container(runtime: Runtime) -> None:
 
 
 def test_interactive_terminal_under_tmux(runtime: Runtime, tmp_path: Path) -> None:
-    # In create/start mode the terminal is the container's stdio only (README).
     at_a_terminal(podman_command_line(runtime, "run", "-it", "--rm", IMAGE, "sh"),
-                  tmp_path / "result", told_of_resize=runtime.run_mode)
+                  tmp_path / "result")
 
 
 def test_many_sequential_runs_never_hang(users_local_runtime: Runtime) -> None:

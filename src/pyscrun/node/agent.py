@@ -239,8 +239,24 @@ class Agent(ContainerModes):
         for signum in selfpipe.received(reader):
             if signum == self.move_signal:
                 self._send({"event": "job-ending"})
+            elif signum == _signal.SIGWINCH:
+                self._tell_of_resize()
             else:
                 self.deliver(signum)
+
+    def _tell_of_resize(self) -> None:
+        """In create/start mode the container's stdio is this agent's terminal, the
+        controlling terminal of no process of the container (the runtime's init starts a
+        session of its own): the kernel tells this agent's group only of a resize. The
+        init's group hears it from here: its shell, and what that runs in the foreground
+        (without job control, in the shell's group). Before the container runs there is
+        nobody to tell: it finds the size as it starts."""
+        pid = self._container_init()
+        if pid and pid != self.runtime_pid:
+            try:
+                os.killpg(pid, _signal.SIGWINCH)
+            except ProcessLookupError:
+                pass
 
     # -- the run ---------------------------------------------------------------------
     def wait_for(self, pid: int) -> int:
@@ -321,7 +337,8 @@ class Agent(ContainerModes):
     def main(self) -> int:
         task = Task(self.conf, self.ident, self.env)
         self.task_dir = task.dir
-        selfpipe.install(self.selector, (*_FORWARDED_SIGNALS, *(
+        resizes = (_signal.SIGWINCH,) if task.terminal and not self.conf.run_mode else ()
+        selfpipe.install(self.selector, (*_FORWARDED_SIGNALS, *resizes, *(
             (self.move_signal,) if self.move_signal else ())), "signal")
         self.connect()
         try:
