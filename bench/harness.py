@@ -161,6 +161,9 @@ class Runtimes:
             (conf_dir / "oci.conf").write_text(oci_conf)
         if slurm_conf is not None:
             (conf_dir / "slurm.conf").symlink_to(slurm_conf)
+        else:
+            # The slurm.conf it is given is missing: the local backend, said so.
+            (conf_dir / "pyscrun.conf").write_text("Backend=local\n")
         wrapper = base / f"scrun-{name}"
         wrapper.write_text(f"#!/bin/sh\nexec {SCRUN} --root {base / (name + '-root')} "
                            f"-f {conf_dir / 'slurm.conf'} \"$@\"\n")

@@ -44,6 +44,10 @@ RunTimeRun="runc run %n.%u.%j.%s.%t -b %b"
 OCI_CONFS = {"run": RUN_OCI_CONF, "create-start": CREATE_START_OCI_CONF}
 
 
+# pyscrun.conf's line for a scrun without Slurm (no slurm.conf beside it).
+LOCAL_BACKEND = "Backend=local\n"
+
+
 def require(binary: str, package: str) -> str:
     path = shutil.which(binary)
     if path is None:
@@ -83,9 +87,11 @@ class Runtime:
     def write_conf(self, name: str, text: str) -> None:
         """A configuration file for this scrun, and for every node of the cluster its
         slurm.conf is (if a node reads that file beside its own slurm.conf)."""
-        (self.conf_dir / name).write_text(text)
         if self.slurm_conf.is_symlink():
             write_node_conf(self.slurm_conf.resolve(), name, text)
+        elif name == "pyscrun.conf":
+            text = LOCAL_BACKEND + text
+        (self.conf_dir / name).write_text(text)
 
     def anchor_pid(self, container_id: str) -> int:
         """The pid of the container's anchor, from its state file (callers are given
@@ -117,15 +123,24 @@ class Runtime:
 
 
 def make_runtime(base: Path, oci_conf: str | None, extra_files: dict[str, str] | None = None,
-                 account: Account = ROOT, default_root: bool = False) -> Runtime:
-    """scrun in base for account. default_root: no --root, scrun's own default (the
-    account's runtime dir), as a user who passes none."""
+                 account: Account = ROOT, default_root: bool = False,
+                 cluster_conf: Path | None = None) -> Runtime:
+    """scrun in base for account, through the cluster of cluster_conf (None: the local
+    backend). default_root: no --root, scrun's own default (the account's runtime dir),
+    as a user who passes none."""
     root = account.runtime_dir / "pyscrun" if default_root else base / "root"
     conf_dir = base / "etc"
     conf_dir.mkdir(parents=True, exist_ok=True)
     if oci_conf is not None:
         (conf_dir / "oci.conf").write_text(oci_conf)
-    for name, text in (extra_files or {}).items():
+    files = {**(extra_files or {})}
+    if cluster_conf is not None:
+        (conf_dir / "slurm.conf").symlink_to(cluster_conf)
+    else:
+        # The slurm.conf scrun is given is missing: it runs containers on this machine
+        # only when told so.
+        files["pyscrun.conf"] = LOCAL_BACKEND + files.get("pyscrun.conf", "")
+    for name, text in files.items():
         (conf_dir / name).write_text(text)
     wrapper = base / "scrun"
     # podman passes no --log: without one the anchor's and agents' messages would be
@@ -434,8 +449,7 @@ def make_slurm_runtime(base: Path, cluster_conf: Path, oci_conf: str | None = No
     """scrun for the Slurm backend: a conf dir of the test's own beside the cluster's
     slurm.conf, so the test can add its oci.conf or scrun.lua; the nodes get the same
     oci.conf and pyscrun.conf beside their own slurm.conf."""
-    runtime = make_runtime(base, oci_conf, extra_files, account, default_root)
-    runtime.slurm_conf.symlink_to(cluster_conf)
+    runtime = make_runtime(base, oci_conf, extra_files, account, default_root, cluster_conf)
     files = {"oci.conf": oci_conf, **(extra_files or {})}
     for name in NODE_FILES:
         write_node_conf(cluster_conf, name, files.get(name))

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.harness import (
+    LOCAL_BACKEND,
     RUN_OCI_CONF,
     SCRUN,
     TASKS_DIR,
@@ -114,6 +115,8 @@ def test_default_root_works_for_root_without_a_flag(tmp_path: Path) -> None:
     assert os.getuid() == 0, "the integration tests run as root"
     bundle = make_bundle(tmp_path, ["sh", "-c", "exit 2"])
     env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "pyscrun.conf").write_text(LOCAL_BACKEND)
     conf = ["-f", str(tmp_path / "etc" / "slurm.conf")]
     done = subprocess.run([str(SCRUN), *conf, "run", "-b", str(bundle), "noroot"], env=env,
                           capture_output=True, text=True, check=False)

@@ -266,9 +266,9 @@ def test_another_user_can_neither_see_nor_touch_the_containers(any_user: Runtime
     cid = podman_ok(any_user, "run", "-d", IMAGE, "sleep", "60")
     other_base = any_user.base / "other"
     other_base.mkdir()
-    other = make_runtime(other_base, None, account=account(OTHER_USER), default_root=True)
-    if any_user.slurm_conf.exists():
-        other.slurm_conf.symlink_to(any_user.slurm_conf.resolve())
+    other = make_runtime(other_base, None, account=account(OTHER_USER), default_root=True,
+                         cluster_conf=(any_user.slurm_conf.resolve()
+                                       if any_user.slurm_conf.exists() else None))
     try:
         root = any_user.account.runtime_dir / "pyscrun"
         state = json.loads(any_user.scrun("state", cid).stdout)

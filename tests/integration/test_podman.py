@@ -152,6 +152,19 @@ def test_preserved_fds_reach_the_container_on_the_local_backend(users_local_runt
     assert fd3.read_text() == "through fd 3\n"
 
 
+def test_a_slurm_conf_named_but_missing_runs_nothing_here(users_local_runtime: Runtime) -> None:
+    """A slurm.conf named with -f that is not there (a typo, maybe) is an error naming
+    it: the container does not run on the login host instead. Only pyscrun.conf's
+    Backend=local (removed here) runs containers there."""
+    (users_local_runtime.conf_dir / "pyscrun.conf").unlink()
+    done = podman(users_local_runtime, "run", "--rm", IMAGE, "echo", "ran")
+    assert done.returncode == 126 and b"ran" not in done.stdout, done.stderr
+    errors = [line for line in done.stderr.decode().splitlines() if "scrun" in line]
+    assert len(errors) == 1, done.stderr
+    assert (f"{users_local_runtime.slurm_conf} does not exist: no Slurm to run containers "
+            "through (Backend=local in ") in errors[0]
+
+
 def test_preserved_fds_through_slurm_are_refused_in_one_line(users_slurm_runtime: Runtime,
                                                               ) -> None:
     done, _ = _run_with_fd3(users_slurm_runtime, "true")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.harness import SCRUN, Runtime, make_bundle, wait_for
+from tests.integration.harness import LOCAL_BACKEND, SCRUN, Runtime, make_bundle, wait_for
 
 MALFORMED = [
     b'{"op":"kill","signal":"x"}\n',
@@ -146,6 +146,7 @@ def test_a_container_named_tasks_under_the_default_root(tmp_path: Path) -> None:
     assert not leftover.exists(), f"{leftover} is in the way: a container of that name runs"
     conf_dir = tmp_path / "etc"
     conf_dir.mkdir()
+    (conf_dir / "pyscrun.conf").write_text(LOCAL_BACKEND)
     scrun = [str(SCRUN), "-f", str(conf_dir / "slurm.conf")]  # no --root: the default
     other = make_bundle(tmp_path / "other", ["sleep", "1000"])
     bundle = make_bundle(tmp_path, ["echo", "named tasks"])

@@ -222,8 +222,13 @@ def load(slurm_conf: str) -> Site:
     oci = ociconf.load(os.path.join(conf_dir, "oci.conf"))
     pyscrun = _parse_pyscrun_conf(os.path.join(conf_dir, "pyscrun.conf"))
     backend = pyscrun.Backend
+    found = os.path.isfile(slurm_conf)
     if backend == "auto":
-        backend = "slurm" if os.path.isfile(slurm_conf) else "local"
-    elif backend == "slurm" and not os.path.isfile(slurm_conf):
-        raise ConfigError(f"Backend=slurm but {slurm_conf} does not exist")
+        # Only a machine without Slurm runs containers itself unasked: a slurm.conf
+        # named (-f, SLURM_CONF) but missing, a typo maybe, must not put them there.
+        backend = "local" if not found and slurm_conf == DEFAULT_SLURM_CONF else "slurm"
+    if backend == "slurm" and not found:
+        raise ConfigError(f"{slurm_conf} does not exist: no Slurm to run containers through "
+                          f"(Backend=local in {os.path.join(conf_dir, 'pyscrun.conf')} runs "
+                          "them on this machine)")
     return Site(slurm_conf, oci, backend, pyscrun)
