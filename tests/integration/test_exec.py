@@ -54,10 +54,10 @@ def test_podman_exec_runs_in_the_container_with_its_status_and_stdio(runtime: Ru
 
 
 def test_a_command_the_container_lacks_gives_podmans_127_and_126(runtime: Runtime) -> None:
-    """As with runc: a missing command is 127 and one that cannot run 126, and `exec -d`
-    of one fails (exec used to report them only as the process's 255, once running);
-    the lookup is the container's as it is now, a command it wrote since it began
-    included."""
+    """As with runc: a missing command (or working directory) is 127 and one that cannot
+    run 126, and `exec -d` of one fails (exec used to report them only as the process's
+    255, once running); the lookup is the container's as it is now, a command it wrote
+    since it began included."""
     name = _running(runtime)
     try:
         made = podman(runtime, "exec", name, "sh", "-c",
@@ -76,6 +76,9 @@ def test_a_command_the_container_lacks_gives_podmans_127_and_126(runtime: Runtim
         cannot = podman(runtime, "exec", name, "/tmp/plain")
         assert cannot.returncode == 126, cannot.stderr
         assert b"permission denied" in cannot.stderr
+        nowhere = podman(runtime, "exec", "-w", "/nowhere", name, "true")
+        assert nowhere.returncode == 127, nowhere.stderr
+        assert b'chdir to cwd ("/nowhere") set in config.json failed' in nowhere.stderr
         assert processes_mentioning("--job-name=scrun-exec") == []
     finally:
         podman(runtime, "rm", "-f", "-t", "0", name)

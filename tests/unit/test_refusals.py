@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pyscrun.errors import BundleError
+from pyscrun.errors import BundleError, CommandRefused
 from pyscrun.oci import refusals
 
 
@@ -51,6 +52,27 @@ def test_commands_the_runtime_would_refuse_fail_in_its_words(rootfs: Path, args:
                                                              words: str) -> None:
     with pytest.raises(BundleError, match=words.replace("$", r"\$")):
         refusals.check(_config(args), str(rootfs))
+
+
+@pytest.mark.parametrize(("cwd", "words", "status"), [
+    ("/nowhere", 'chdir to cwd ("/nowhere") set in config.json failed: no such file or '
+                 "directory", 127),
+    ("/bin/tool", 'chdir to cwd ("/bin/tool") set in config.json failed: not a directory', 126),
+])
+def test_a_working_directory_the_runtime_cannot_enter_fails_in_its_words(
+        rootfs: Path, cwd: str, words: str, status: int) -> None:
+    config = _config(["tool"])
+    config["process"]["cwd"] = cwd
+    with pytest.raises(CommandRefused, match=re.escape(words)) as raised:
+        refusals.check(config, str(rootfs))
+    assert raised.value.status == status
+
+
+@pytest.mark.parametrize("cwd", ["/usr/bin", "/usr/bin/../../bin", "/data/work"])
+def test_a_working_directory_there_or_under_a_mount_passes(rootfs: Path, cwd: str) -> None:
+    config = _config(["tool"], mounts=[{"destination": "/data"}])
+    config["process"]["cwd"] = cwd
+    refusals.check(config, str(rootfs))
 
 
 def test_a_command_under_a_mount_is_left_to_the_runtime(rootfs: Path) -> None:

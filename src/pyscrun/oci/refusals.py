@@ -129,6 +129,7 @@ def check_command(process: dict[str, Any], rootfs: str, mounts: list[str]) -> No
     not judged, nor a rootfs that cannot be seen from here."""
     if not os.path.isdir(rootfs):
         return  # not on this host: the node's runtime judges
+    _check_cwd(process.get("cwd") or "/", rootfs, mounts)
     name = process["args"][0]
     if "/" in name:
         candidates = [os.path.join(process.get("cwd") or "/", name)]
@@ -152,6 +153,21 @@ def check_command(process: dict[str, Any], rootfs: str, mounts: list[str]) -> No
     cannot_run = problem.endswith("permission denied") or problem == "is a directory"
     raise CommandRefused(f'unable to start container process: exec: "{name}": {problem}',
                          126 if cannot_run else 127)
+
+
+def _check_cwd(cwd: str, rootfs: str, mounts: list[str]) -> None:
+    """The runtime's init changes to cwd before it looks for the command."""
+    if _under_a_mount(cwd, mounts):
+        return
+    try:
+        problem = "" if stat.S_ISDIR(os.stat(_resolve(rootfs, cwd)).st_mode) else "not a directory"
+    except OSError as err:
+        problem = err.strerror.lower() if err.strerror else "error"
+    if problem:
+        # podman reads 127 from a file not found; anything else is its generic 126.
+        raise CommandRefused(f'unable to start container process: chdir to cwd ("{cwd}") '
+                             f"set in config.json failed: {problem}",
+                             127 if problem == "no such file or directory" else 126)
 
 
 def _under_a_mount(path: str, mounts: list[str]) -> bool:
