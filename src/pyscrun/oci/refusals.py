@@ -156,18 +156,24 @@ def check_command(process: dict[str, Any], rootfs: str, mounts: list[str]) -> No
 
 
 def _check_cwd(cwd: str, rootfs: str, mounts: list[str]) -> None:
-    """The runtime's init changes to cwd before it looks for the command."""
+    """The runtime's init changes to cwd before it looks for the command. Only what
+    fails as the container's user too is refused (runc tries a directory it may not
+    enter again once it took the user's identity)."""
     if _under_a_mount(cwd, mounts):
         return
+    # podman reads 127 from a file not found; anything else is its generic 126.
+    problem, status = "not a directory", 126
     try:
-        problem = "" if stat.S_ISDIR(os.stat(_resolve(rootfs, cwd)).st_mode) else "not a directory"
-    except OSError as err:
-        problem = err.strerror.lower() if err.strerror else "error"
-    if problem:
-        # podman reads 127 from a file not found; anything else is its generic 126.
-        raise CommandRefused(f'unable to start container process: chdir to cwd ("{cwd}") '
-                             f"set in config.json failed: {problem}",
-                             127 if problem == "no such file or directory" else 126)
+        if stat.S_ISDIR(os.stat(_resolve(rootfs, cwd)).st_mode):
+            return
+    except FileNotFoundError:
+        problem, status = "no such file or directory", 127
+    except NotADirectoryError:
+        pass
+    except OSError:
+        return
+    raise CommandRefused(f'unable to start container process: chdir to cwd ("{cwd}") '
+                         f"set in config.json failed: {problem}", status)
 
 
 def _under_a_mount(path: str, mounts: list[str]) -> bool:
