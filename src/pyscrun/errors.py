@@ -36,8 +36,9 @@ class BundleError(ScrunError):
 
 
 class CommandRefused(BundleError):
-    """The process's command is missing or cannot be run: status is what podman makes
-    of the runtime's words for it (127 or 126), as a shell would say."""
+    """The process's command (or working directory) is missing or cannot be used:
+    status is what podman makes of the runtime's words for it (127, 126, or 255 for
+    what is neither), as a shell would say."""
 
     def __init__(self, message: str, status: int) -> None:
         super().__init__(message)

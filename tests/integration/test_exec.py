@@ -79,6 +79,9 @@ def test_a_command_the_container_lacks_gives_podmans_127_and_126(runtime: Runtim
         nowhere = podman(runtime, "exec", "-w", "/nowhere", name, "true")
         assert nowhere.returncode == 127, nowhere.stderr
         assert b'chdir to cwd ("/nowhere") set in config.json failed' in nowhere.stderr
+        not_a_directory = podman(runtime, "exec", "-w", "/tmp/plain", name, "true")
+        assert not_a_directory.returncode == 255, not_a_directory.stderr
+        assert b"not a directory" in not_a_directory.stderr
         assert processes_mentioning("--job-name=scrun-exec") == []
     finally:
         podman(runtime, "rm", "-f", "-t", "0", name)

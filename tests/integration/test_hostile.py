@@ -22,6 +22,7 @@ import pytest
 from pyscrun.fs import write_atomic
 from tests.integration.harness import (
     IMAGE,
+    LOCAL_BACKEND,
     SCRUN,
     Cluster,
     Runtime,
@@ -81,6 +82,8 @@ def _hostile_runtime(base: Path, oci_conf: str, root: Path, slurm_conf: Path | N
     if slurm_conf is not None:
         (conf_dir / "slurm.conf").symlink_to(slurm_conf)
         write_node_conf(slurm_conf, "oci.conf", oci_conf)
+    else:
+        (conf_dir / "pyscrun.conf").write_text(LOCAL_BACKEND)
     wrapper = base / "scrun"
     wrapper.write_text(f"#!/bin/sh\nexec {shlex.quote(str(SCRUN))} --root {shlex.quote(str(root))} "
                        f"-f {shlex.quote(str(conf_dir / 'slurm.conf'))} \"$@\"\n")

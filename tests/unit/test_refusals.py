@@ -57,9 +57,9 @@ def test_commands_the_runtime_would_refuse_fail_in_its_words(rootfs: Path, args:
 @pytest.mark.parametrize(("cwd", "words", "status"), [
     ("/nowhere", 'chdir to cwd ("/nowhere") set in config.json failed: no such file or '
                  "directory", 127),
-    ("/bin/tool", 'chdir to cwd ("/bin/tool") set in config.json failed: not a directory', 126),
+    ("/bin/tool", 'chdir to cwd ("/bin/tool") set in config.json failed: not a directory', 255),
     ("/bin/tool/x", 'chdir to cwd ("/bin/tool/x") set in config.json failed: not a directory',
-     126),
+     255),
 ])
 def test_a_working_directory_the_runtime_cannot_enter_fails_in_its_words(
         rootfs: Path, cwd: str, words: str, status: int) -> None:

@@ -161,8 +161,8 @@ def _check_cwd(cwd: str, rootfs: str, mounts: list[str]) -> None:
     enter again once it took the user's identity)."""
     if _under_a_mount(cwd, mounts):
         return
-    # podman reads 127 from a file not found; anything else is its generic 126.
-    problem, status = "not a directory", 126
+    # podman reads 127 from a file not found; with runc it gives anything else 255.
+    problem, status = "not a directory", 255
     try:
         if stat.S_ISDIR(os.stat(_resolve(rootfs, cwd)).st_mode):
             return
