@@ -161,8 +161,8 @@ def test_a_slurm_conf_named_but_missing_runs_nothing_here(users_local_runtime: R
     assert done.returncode == 126 and b"ran" not in done.stdout, done.stderr
     errors = [line for line in done.stderr.decode().splitlines() if "scrun" in line]
     assert len(errors) == 1, done.stderr
-    assert (f"{users_local_runtime.slurm_conf} does not exist: no Slurm to run containers "
-            "through (Backend=local in ") in errors[0]
+    assert (f"{users_local_runtime.slurm_conf} does not exist: name the cluster's slurm.conf "
+            "with -f or SLURM_CONF (Backend=local in ") in errors[0]
 
 
 def test_preserved_fds_through_slurm_are_refused_in_one_line(users_slurm_runtime: Runtime,

@@ -130,7 +130,10 @@ class Harness:
     def __init__(self, tmp_path: Path, status: str, running: bool = True) -> None:
         self.root = str(tmp_path / "root")
         store = Store(self.root)
-        site = Site(str(tmp_path / "slurm.conf"), ociconf.load(str(tmp_path / "oci.conf")),
+        # No Slurm: what scrun reads beside the slurm.conf it is given (missing) says so.
+        self.slurm_conf = str(tmp_path / "slurm.conf")
+        (tmp_path / "pyscrun.conf").write_text("Backend=local\n")
+        site = Site(self.slurm_conf, ociconf.load(str(tmp_path / "oci.conf")),
                     "local", PyscrunConf())
         bundle = Bundle(str(tmp_path / "bundle"), {"process": {"args": ["true"]}})
         request = CreateRequest(ID, bundle, store, site, None, None, {}, {})
@@ -170,7 +173,7 @@ class Harness:
         """`scrun --root ROOT VERB [OPTIONS] c1` as podman runs it, while the anchor
         serves; its exit status (what it says goes to stderr)."""
         status: list[int] = []
-        argv = ["--root", self.root, verb, *options, ID]
+        argv = ["--root", self.root, "-f", self.slurm_conf, verb, *options, ID]
         thread = threading.Thread(target=lambda: status.append(
             exit_status_of(lambda: main.run(argv))))
         thread.start()

@@ -100,7 +100,7 @@ def test_an_order_during_a_move_waits_for_the_tasks_of_the_new_job(
     one = harness(RUNNING)
     one.anchor.move_phase = "dumped"
     done: list[int] = []
-    argv = ["--root", one.root, "pause", ID]
+    argv = ["--root", one.root, "-f", one.slurm_conf, "pause", ID]
     pausing = threading.Thread(target=lambda: done.append(exit_status_of(lambda: main.run(argv))))
     pausing.start()
     one.serve_until(lambda: bool(one.anchor.waiting_orders))

@@ -224,11 +224,20 @@ def load(slurm_conf: str) -> Site:
     backend = pyscrun.Backend
     found = os.path.isfile(slurm_conf)
     if backend == "auto":
-        # Only a machine without Slurm runs containers itself unasked: a slurm.conf
-        # named (-f, SLURM_CONF) but missing, a typo maybe, must not put them there.
-        backend = "local" if not found and slurm_conf == DEFAULT_SLURM_CONF else "slurm"
+        backend = "slurm" if found or not _without_slurm(slurm_conf) else "local"
     if backend == "slurm" and not found:
-        raise ConfigError(f"{slurm_conf} does not exist: no Slurm to run containers through "
-                          f"(Backend=local in {os.path.join(conf_dir, 'pyscrun.conf')} runs "
-                          "them on this machine)")
+        raise ConfigError(f"{slurm_conf} does not exist: name the cluster's slurm.conf with -f "
+                          f"or SLURM_CONF (Backend=local in "
+                          f"{os.path.join(conf_dir, 'pyscrun.conf')} runs containers on this "
+                          "machine)")
     return Site(slurm_conf, oci, backend, pyscrun)
+
+
+def _without_slurm(slurm_conf: str) -> bool:
+    """Whether this is a machine without Slurm, which runs containers itself unasked:
+    no slurm.conf at the default path and no salloc. A slurm.conf named (-f,
+    SLURM_CONF) but missing (a typo), or a configless login node with no cache of the
+    files (salloc fetches them from slurmctld), must not put them there."""
+    from pyscrun.fs import which
+
+    return slurm_conf == DEFAULT_SLURM_CONF and which("salloc", None) is None
