@@ -124,9 +124,10 @@ def _check_namespace_path(kind: str, path: str) -> None:
 # -- the command, as the runtime's init looks for it inside the container ------------
 
 def check_command(process: dict[str, Any], rootfs: str, mounts: list[str]) -> None:
-    """The process's command looked up in rootfs, as the runtime's init will: raise
-    CommandRefused in its words if it is missing or cannot be run. What a mount brings is
-    not judged, nor a rootfs that cannot be seen from here."""
+    """The process's working directory and command looked up in rootfs, as the
+    runtime's init will: raise CommandRefused in its words if either is missing or
+    cannot be used. What a mount brings is not judged, nor a rootfs that cannot be seen
+    from here."""
     if not os.path.isdir(rootfs):
         return  # not on this host: the node's runtime judges
     _check_cwd(process.get("cwd") or "/", rootfs, mounts)
