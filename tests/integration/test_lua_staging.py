@@ -206,7 +206,7 @@ def test_delete_waits_for_a_long_stage_out(staged: tuple[Runtime, Path]) -> None
     """delete --force of a running container whose stage_out outlasts delete's usual
     wait for the container's end: stage_out runs to its end (the results are saved),
     then delete returns 0 and nothing is left."""
-    from pyscrun.cli.lifecycle import DELETE_TIMEOUT
+    from pyscrun.cli.ending import DELETE_TIMEOUT
 
     runtime, base = staged
     marker = base / "staged-out"

@@ -3,7 +3,7 @@ delete, a create failing at that moment) must not turn into an internal error.""
 
 import os
 
-from pyscrun.cli.lifecycle import _signal_anchor
+from pyscrun.cli.ending import _signal_anchor
 
 
 def test_signalling_an_anchor_that_already_exited_is_not_an_error() -> None:

@@ -37,7 +37,7 @@ SCRIPT = textwrap.dedent("""
     forwarded = lifecycle._forward_signals(Store(), State())
     sys.settrace(tracer)
     try:
-        lifecycle._ask(Store(), State(), {"op": "start"})
+        lifecycle.ask_anchor(Store(), State(), {"op": "start"})
     except ScrunError as err:
         print("start refused:", err)
     sys.settrace(None)
