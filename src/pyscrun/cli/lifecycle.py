@@ -87,7 +87,7 @@ def create(ctx: Context) -> int:
 
 
 def ask_anchor(store: Store, state: ContainerState, message: dict[str, object],
-         timeout: float = 30.0) -> dict[str, Any]:
+               timeout: float = 30.0) -> dict[str, Any]:
     """The anchor's reply to message; InvalidState with its words if it refused."""
     # Loaded when an anchor is asked: deleting a container that ended (podman's way
     # after every run) asks none.

@@ -139,8 +139,9 @@ def main() -> None:
         code = run(dict(os.environ))
     except (ScrunError, OSError, KeyError, ValueError) as err:
         log.current.error(str(err))
-        # A refused command ends as a shell says it, for a terminal's user (without one,
-        # scrun exec fails in runc's words and podman reads the same from them).
+        # A refused command (or working directory) ends as a shell says it, for a
+        # terminal's user (without one, scrun exec fails in runc's words and podman
+        # reads the same from them).
         code = err.status if isinstance(err, CommandRefused) else FAILED
     except KeyboardInterrupt:
         code = 130  # interrupted before the process ran: as a shell reports it

@@ -127,9 +127,10 @@ class ContainerSignals(ContainerModes):
         session of its own): the kernel tells this agent's group only of a resize. The
         init's group hears it from here: its shell, and what that runs in the foreground
         (without job control, in the shell's group). Before the container runs there is
-        nobody to tell: it finds the size as it starts."""
+        nobody to tell: it finds the size as it starts. (This mode has RunTimeQuery, so
+        the init is never the runtime's own process.)"""
         pid = self._container_init()
-        if pid and pid != self.runtime_pid:
+        if pid:
             try:
                 os.killpg(pid, _signal.SIGWINCH)
             except ProcessLookupError:

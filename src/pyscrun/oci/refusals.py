@@ -130,10 +130,11 @@ def check_command(process: dict[str, Any], rootfs: str, mounts: list[str]) -> No
     from here."""
     if not os.path.isdir(rootfs):
         return  # not on this host: the node's runtime judges
-    _check_cwd(process.get("cwd") or "/", rootfs, mounts)
+    cwd = process.get("cwd") or "/"
+    _check_cwd(cwd, rootfs, mounts)
     name = process["args"][0]
     if "/" in name:
-        candidates = [os.path.join(process.get("cwd") or "/", name)]
+        candidates = [os.path.join(cwd, name)]
     else:
         path = ""
         for entry in process.get("env") or []:
